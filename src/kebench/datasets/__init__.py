@@ -1,0 +1,15 @@
+"""Kedro datasets for kebench's own file formats and data sources."""
+
+from kebench.datasets.atomic import AtomicJSONDataset, AtomicParquetDataset
+from kebench.datasets.edit_cases_dataset import EditCasesDataset
+from kebench.datasets.rdf_datasets import AmieTsvDataset, NTriplesDataset
+from kebench.datasets.sparql_endpoint_dataset import SparqlEndpointDataset
+
+__all__ = [
+    "AmieTsvDataset",
+    "AtomicJSONDataset",
+    "AtomicParquetDataset",
+    "EditCasesDataset",
+    "NTriplesDataset",
+    "SparqlEndpointDataset",
+]

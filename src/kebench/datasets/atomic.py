@@ -1,0 +1,73 @@
+"""Local-file datasets whose writes are atomic.
+
+kedro-datasets writes in place, so a crash mid-write leaves a truncated file that the
+next run would read. These write a temporary file beside the target and rename it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pandas as pd
+from kedro.io import AbstractDataset
+
+
+@contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """A temporary path that replaces ``target`` when the block exits without error."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
+    os.close(handle)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class LocalFileDataset(AbstractDataset):
+    """Common parts of a dataset stored in one local file."""
+
+    def __init__(self, filepath: str, metadata: dict[str, Any] | None = None) -> None:
+        self._filepath = PurePosixPath(filepath)
+        self.metadata = metadata
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._filepath)}
+
+    def _exists(self) -> bool:
+        return Path(self._filepath).is_file()
+
+
+class AtomicParquetDataset(LocalFileDataset):
+    """A pandas DataFrame in a local parquet file, written atomically."""
+
+    def load(self) -> pd.DataFrame:
+        return pd.read_parquet(self._filepath)
+
+    def save(self, data: pd.DataFrame) -> None:
+        with atomic_path(self._filepath) as tmp:
+            data.to_parquet(tmp, index=False)
+
+
+class AtomicJSONDataset(LocalFileDataset):
+    """A JSON document in a local file, written atomically and indented for reading."""
+
+    def load(self) -> Any:
+        return json.loads(Path(self._filepath).read_text(encoding="utf-8"))
+
+    def save(self, data: Any) -> None:
+        with atomic_path(self._filepath) as tmp:
+            tmp.write_text(
+                json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )

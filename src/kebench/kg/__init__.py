@@ -1,0 +1,1 @@
+"""Knowledge-graph access and construction, independent of Kedro."""

@@ -1,0 +1,1 @@
+"""kebench pipelines; each sub-package is discovered by ``find_pipelines``."""

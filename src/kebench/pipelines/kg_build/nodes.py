@@ -1,0 +1,133 @@
+"""Nodes of kg_build: thin glue over ``kebench.kg``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from kebench.kg.amie_export import to_amie_frame
+from kebench.kg.edit_cases import RawEditCases, RelationCatalog, parse_edit_cases
+from kebench.kg.linking import link_mentions
+from kebench.kg.mentions import (
+    ENTITY_FIELDS,
+    build_entity_ruler,
+    extract_mentions,
+    fetch_kg_labels,
+)
+from kebench.kg.neighbourhood import fetch_neighbourhood
+from kebench.kg.sparql import SparqlEndpoint
+from kebench.schemas import EDIT_REQUESTS
+
+logger = logging.getLogger(__name__)
+
+
+def parse_edit_requests(
+    raw_edit_cases: RawEditCases, relations: dict[str, Any], params: dict[str, Any]
+) -> pd.DataFrame:
+    """Parse raw edit cases into ``edit_requests`` rows, without URIs yet."""
+    return parse_edit_cases(
+        raw_edit_cases,
+        RelationCatalog.from_config(relations),
+        params["skip_invalid_records"],
+    )
+
+
+def find_mentions(
+    parsed_edit_requests: pd.DataFrame,
+    sparql_endpoint: SparqlEndpoint,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """Entity mentions: spaCy over prompts and questions, plus the dataset's entity fields."""
+    labels = fetch_kg_labels(sparql_endpoint, params["kg_label_limit"], params["lang"])
+    dataset_entities = pd.concat(
+        [parsed_edit_requests[f] for f in ENTITY_FIELDS]
+    ).tolist()
+    nlp = build_entity_ruler(labels + dataset_entities, params["spacy_model"])
+    return extract_mentions(parsed_edit_requests, nlp)
+
+
+def link_entities(
+    mentions: pd.DataFrame, sparql_endpoint: SparqlEndpoint, params: dict[str, Any]
+) -> pd.DataFrame:
+    """Link each mention to a KG IRI, recording how or why not."""
+    return link_mentions(
+        mentions,
+        sparql_endpoint,
+        resource_namespace=params["resource_namespace"],
+        lang=params["lang"],
+        batch_size=params["link_batch_size"],
+    )
+
+
+def attach_entity_uris(
+    parsed_edit_requests: pd.DataFrame, entity_links: pd.DataFrame
+) -> pd.DataFrame:
+    """Fill subject_uri, target_true_uri and target_new_uri from the entity links."""
+    uri_of = entity_links.set_index("mention")["uri"]
+    edit_requests = parsed_edit_requests.copy()
+    for field in ENTITY_FIELDS:
+        edit_requests[f"{field}_uri"] = edit_requests[field].map(uri_of)
+    return EDIT_REQUESTS.validate(edit_requests)
+
+
+def query_neighbourhood(
+    entity_links: pd.DataFrame, sparql_endpoint: SparqlEndpoint, params: dict[str, Any]
+) -> pd.DataFrame:
+    """``kg_triples``: the 1-hop neighbourhood of every linked entity, both directions."""
+    settings = params["neighbourhood"]
+    return fetch_neighbourhood(
+        entity_links["uri"].dropna().tolist(),
+        sparql_endpoint,
+        excluded_predicates=settings["excluded_predicates"],
+        limit_per_entity=settings["limit_per_entity"],
+        batch_size=settings["batch_size"],
+        lang=params["lang"],
+    )
+
+
+def export_amie_triples(
+    kg_triples: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """The KG in AMIE's input form: local names, literals only if configured."""
+    return to_amie_frame(kg_triples, params["amie_export"]["include_literals"])
+
+
+def select_rdf_columns(kg_triples: pd.DataFrame) -> pd.DataFrame:
+    """The columns that make up the RDF triples, for the N-Triples export."""
+    return kg_triples[["s", "p", "o", "o_is_literal", "o_lang"]]
+
+
+def report_kg_coverage(
+    edit_requests: pd.DataFrame,
+    entity_links: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    sparql_endpoint: SparqlEndpoint,
+) -> dict[str, Any]:
+    """Coverage of the built KG: linked subjects, triples per entity, queries sent."""
+    linked = entity_links.dropna(subset=["uri"])
+    n_entities = linked["uri"].nunique()
+    subjects = edit_requests["subject"].drop_duplicates()
+    subjects_linked = edit_requests.drop_duplicates("subject")["subject_uri"].notna()
+    report = {
+        "endpoint": sparql_endpoint.name,
+        "edit_requests": len(edit_requests),
+        "distinct_subjects": len(subjects),
+        "subjects_linked_pct": round(100.0 * float(subjects_linked.mean()), 2),
+        "cases_with_linked_subject_pct": round(
+            100.0 * float(edit_requests["subject_uri"].notna().mean()), 2
+        ),
+        "mentions": len(entity_links),
+        "mentions_by_link_method": entity_links["method"].value_counts().to_dict(),
+        "linked_entities": int(n_entities),
+        "triples": len(kg_triples),
+        "triples_per_entity": round(len(kg_triples) / n_entities, 2),
+        "relations": int(kg_triples["p"].nunique()),
+        "sparql_queries": sparql_endpoint.queries_sent,
+        "queries_per_linked_entity": round(
+            sparql_endpoint.queries_sent / n_entities, 4
+        ),
+    }
+    logger.info("KG coverage: %s", report)
+    return report

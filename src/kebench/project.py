@@ -1,0 +1,98 @@
+"""Run kebench pipelines in-process from the project's own configuration.
+
+Benchmarks and tests use this to run a pipeline on other data or another endpoint,
+with every file output moved under a scratch folder, and no MLflow run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kedro.config import OmegaConfigLoader
+from kedro.framework.project import pipelines
+from kedro.framework.startup import bootstrap_project
+from kedro.io import DataCatalog
+from kedro.runner import SequentialRunner
+
+from kebench.settings import CONFIG_LOADER_ARGS
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_config(
+    runtime_params: dict[str, Any], project_root: Path = PROJECT_ROOT
+) -> OmegaConfigLoader:
+    """The project's configuration as Kedro resolves it, with these runtime params."""
+    return OmegaConfigLoader(
+        conf_source=str(project_root / "conf"),
+        runtime_params=runtime_params,
+        **CONFIG_LOADER_ARGS,
+    )
+
+
+def _relocate(
+    entry: dict[str, Any], project_root: Path, output_root: Path
+) -> dict[str, Any]:
+    filepath = entry.get("filepath")
+    if isinstance(filepath, str) and not filepath.startswith("data/01_raw"):
+        entry = {**entry, "filepath": str(output_root / filepath)}
+    elif isinstance(filepath, str) and not Path(filepath).is_absolute():
+        entry = {**entry, "filepath": str(project_root / filepath)}
+    return entry
+
+
+def project_catalog(
+    runtime_params: dict[str, Any], output_root: Path, project_root: Path = PROJECT_ROOT
+) -> DataCatalog:
+    """The project's catalog with every non-raw file moved under ``output_root``.
+
+    Raw inputs keep their paths, resolved against ``project_root``; parameters are
+    added as ``params:<name>`` entries, as a Kedro session would.
+    """
+    config = load_config(runtime_params, project_root)
+    entries = {
+        name: _relocate(dict(entry), project_root, Path(output_root))
+        for name, entry in config["catalog"].items()
+    }
+    for entry in entries.values():
+        if "sources" in entry:
+            entry["sources"] = _resolve_source_paths(entry["sources"], project_root)
+    catalog = DataCatalog.from_config(entries, credentials=config["credentials"])
+    for name, value in config["parameters"].items():
+        catalog[f"params:{name}"] = value
+    return catalog
+
+
+def _resolve_source_paths(
+    sources: dict[str, Any], project_root: Path
+) -> dict[str, Any]:
+    """Make relative KG and edit-case paths of every source absolute."""
+
+    def absolute(path: str) -> str:
+        return str(path if Path(path).is_absolute() else project_root / path)
+
+    resolved = {}
+    for name, spec in sources.items():
+        edit_cases = {
+            **spec["edit_cases"],
+            "filepath": absolute(spec["edit_cases"]["filepath"]),
+        }
+        kg = dict(spec["kg"])
+        if "files" in kg:
+            kg["files"] = [absolute(f) for f in kg["files"]]
+        resolved[name] = {**spec, "edit_cases": edit_cases, "kg": kg}
+    return resolved
+
+
+def run_pipeline(
+    name: str,
+    runtime_params: dict[str, Any],
+    output_root: Path,
+    project_root: Path = PROJECT_ROOT,
+) -> DataCatalog:
+    """Run one registered pipeline and return its catalog, whose outputs can be loaded."""
+    bootstrap_project(project_root)
+    catalog = project_catalog(runtime_params, output_root, project_root)
+    SequentialRunner().run(pipelines[name], catalog)
+    return catalog

@@ -1,0 +1,12 @@
+"""Project settings. See https://docs.kedro.org/en/stable/kedro_project_setup/settings.html."""
+
+from kedro.config import OmegaConfigLoader
+from omegaconf.resolvers import oc
+
+CONFIG_LOADER_CLASS = OmegaConfigLoader
+CONFIG_LOADER_ARGS = {
+    "base_env": "base",
+    "default_run_env": "local",
+    # ${oc.env:KEBENCH_DATA_DIR,...} locates the reference data outside the repo.
+    "custom_resolvers": {"oc.env": oc.env},
+}
