@@ -22,10 +22,11 @@ class SparqlEndpointDataset(AbstractDataset[None, SparqlEndpoint]):
         credentials: ``{"user": ..., "password": ...}`` from ``conf/local/credentials.yml``.
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(  # noqa: PLR0913 - endpoint settings are keyword-only
         self,
         source: str,
         sources: dict[str, Any],
+        *,
         url: str | None = None,
         http: dict[str, Any] | None = None,
         credentials: dict[str, Any] | None = None,

@@ -35,8 +35,8 @@ def read_dbpedia_tsv(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     records: list[list[str]] = []
     with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            line = line.rstrip("\n")
+        for line_no, raw_line in enumerate(handle, start=1):
+            line = raw_line.rstrip("\n")
             match = _RECORD_START.match(line)
             if match:
                 records.append([match[1], match[2], match[3]])

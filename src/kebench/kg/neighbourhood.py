@@ -72,9 +72,10 @@ def _triple(row: dict[str, Term]) -> dict:
     }
 
 
-def fetch_neighbourhood(  # noqa: PLR0913
+def fetch_neighbourhood(  # noqa: PLR0913 - query settings are keyword-only
     entities: Sequence[str],
     endpoint: SparqlEndpoint,
+    *,
     excluded_predicates: Sequence[str],
     limit_per_entity: int,
     batch_size: int,

@@ -134,9 +134,10 @@ class EmbeddedEndpoint(SparqlEndpoint):
 class HttpEndpoint(SparqlEndpoint):
     """A remote SPARQL 1.1 endpoint queried through SPARQLWrapper, with bounded retries."""
 
-    def __init__(  # noqa: PLR0913
+    def __init__(  # noqa: PLR0913 - endpoint settings are keyword-only
         self,
         url: str,
+        *,
         timeout_s: float = 60.0,
         max_attempts: int = 4,
         backoff_s: float = 1.0,
