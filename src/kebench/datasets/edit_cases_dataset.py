@@ -24,7 +24,8 @@ class EditCasesDataset(AbstractDataset[None, RawEditCases]):
     Args:
         source: the source's name, e.g. ``demo`` or ``mquake_t``.
         sources: every configured source (``globals.yml``), each with an ``edit_cases``
-            entry holding ``filepath``, ``format`` and ``risk``.
+            entry holding ``filepath``, ``format``, ``risk`` and optionally
+            ``skip_invalid`` (skip unusable records with a warning instead of failing).
     """
 
     def __init__(
@@ -41,6 +42,7 @@ class EditCasesDataset(AbstractDataset[None, RawEditCases]):
             risk=self._spec["risk"],
             path=str(self._spec["filepath"]),
             records=load_edit_case_file(self._spec["filepath"]),
+            skip_invalid=self._spec.get("skip_invalid", False),
         )
 
     def save(self, data: RawEditCases) -> None:

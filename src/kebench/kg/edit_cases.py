@@ -38,6 +38,7 @@ class RawEditCases:
     risk: str
     path: str
     records: list[dict[str, Any]]
+    skip_invalid: bool = False
 
 
 def load_edit_case_file(path: str | Path) -> list[dict[str, Any]]:
@@ -199,14 +200,12 @@ READERS: dict[str, RowReader] = {
 }
 
 
-def parse_edit_cases(
-    raw: RawEditCases, relations: RelationCatalog, skip_invalid: bool = False
-) -> pd.DataFrame:
+def parse_edit_cases(raw: RawEditCases, relations: RelationCatalog) -> pd.DataFrame:
     """Turn raw records into validated ``edit_requests`` (URIs still empty).
 
     A record whose every field is empty is a placeholder and is skipped with a warning.
     Any other invalid record raises ``EditCaseError`` naming the file and record, or is
-    skipped with a warning when ``skip_invalid`` is set. Identical edits (same subject,
+    skipped with a warning when the source sets ``skip_invalid``. Identical edits (same subject,
     prompt, old and new target) are kept once.
     """
     if raw.format not in READERS:
@@ -230,7 +229,7 @@ def parse_edit_cases(
         try:
             rows.extend(read_rows(raw, index, record, relations))
         except EditCaseError as err:
-            if not skip_invalid:
+            if not raw.skip_invalid:
                 raise
             logger.warning("%s; skipped", err)
             skipped += 1

@@ -24,14 +24,10 @@ logger = logging.getLogger(__name__)
 
 
 def parse_edit_requests(
-    raw_edit_cases: RawEditCases, relations: dict[str, Any], params: dict[str, Any]
+    raw_edit_cases: RawEditCases, relations: dict[str, Any]
 ) -> pd.DataFrame:
     """Parse raw edit cases into ``edit_requests`` rows, without URIs yet."""
-    return parse_edit_cases(
-        raw_edit_cases,
-        RelationCatalog.from_config(relations),
-        params["skip_invalid_records"],
-    )
+    return parse_edit_cases(raw_edit_cases, RelationCatalog.from_config(relations))
 
 
 def find_mentions(

@@ -20,7 +20,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=parse_edit_requests,
-                inputs=["raw_edit_cases", "params:relations", "params:kg_build"],
+                inputs=["raw_edit_cases", "params:relations"],
                 outputs="parsed_edit_requests",
                 name="parse_edit_requests",
             ),

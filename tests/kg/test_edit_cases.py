@@ -1,0 +1,168 @@
+"""Edit-case readers: the three formats, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kebench.kg.edit_cases import (
+    EditCaseError,
+    RawEditCases,
+    RelationCatalog,
+    load_edit_case_file,
+    parse_edit_cases,
+)
+
+RELATIONS = RelationCatalog.from_config(
+    {
+        "P27": {"label": "country of citizenship"},
+        "P35": {
+            "label": "head of state",
+            "prompts": ["The name of the current head of state in {} is"],
+        },
+    }
+)
+
+
+def mquake_case(case_id: int, **rewrite_overrides) -> dict:
+    rewrite = {
+        "prompt": "{} is a citizen of",
+        "relation_id": "P27",
+        "subject": "Barack Obama",
+        "target_true": {"str": "United States", "id": "Q30"},
+        "target_new": {"str": "Canada", "id": "Q16"},
+        "question": "What is the country of citizenship of Barack Obama?",
+    } | rewrite_overrides
+    return {
+        "case_id": case_id,
+        "requested_rewrite": [rewrite],
+        "questions": [],
+        "answer": "x",
+        "new_answer": "y",
+    }
+
+
+def raw(records, fmt="mquake", path="cases.json", skip_invalid=False) -> RawEditCases:
+    return RawEditCases("demo", fmt, "counterfactual", path, records, skip_invalid)
+
+
+def test_mquake_schema():
+    frame = parse_edit_cases(raw([mquake_case(7)]), RELATIONS)
+    row = frame.iloc[0]
+    assert row["case_id"] == "demo-7"
+    assert (row["target_true"], row["target_new"]) == ("United States", "Canada")
+    assert row["relation_label"] == "country of citizenship"
+    assert row["risk"] == "counterfactual" and row["source"] == "demo"
+
+
+def test_multi_edit_case_gets_one_row_per_rewrite():
+    case = mquake_case(3)
+    case["requested_rewrite"].append(
+        case["requested_rewrite"][0] | {"subject": "Michelle Obama"}
+    )
+    assert list(parse_edit_cases(raw([case]), RELATIONS)["case_id"]) == [
+        "demo-3.0",
+        "demo-3.1",
+    ]
+
+
+def test_malformed_json_names_file_and_position(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('[{"case_id": 1,, }]', encoding="utf-8")
+    with pytest.raises(
+        EditCaseError, match=r"broken\.json: malformed JSON at line 1, column 16"
+    ):
+        load_edit_case_file(path)
+
+
+def test_missing_target_new_names_file_and_record(tmp_path):
+    cases = [mquake_case(1), mquake_case(2, target_new=None)]
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases), encoding="utf-8")
+    records = load_edit_case_file(path)
+    with pytest.raises(EditCaseError) as err:
+        parse_edit_cases(raw(records, path=str(path)), RELATIONS)
+    assert str(err.value) == (
+        f"{path}: record #1 (2), requested_rewrite[0]: missing or empty field 'target_new'"
+    )
+
+
+def test_invalid_records_can_be_skipped(caplog):
+    records = [mquake_case(1), mquake_case(2, subject="")]
+    frame = parse_edit_cases(raw(records, skip_invalid=True), RELATIONS)
+    assert list(frame["case_id"]) == ["demo-1"]
+    assert "missing or empty field 'subject'; skipped" in caplog.text
+
+
+def test_flat_records_dedupe_and_map_relations():
+    record = {
+        "prompt": "The name of the current head of state in {} is",
+        "subject": "United States of America",
+        "target_new": "Joe Biden",
+        "target_true": "Donald Trump",
+        "question": "Who is the head of state?",
+    }
+    placeholder = dict.fromkeys(record)
+    frame = parse_edit_cases(
+        raw([record, placeholder, record], "flat_mquake"), RELATIONS
+    )
+    assert list(frame["case_id"]) == ["demo-0"]
+    assert frame.iloc[0]["relation_id"] == "P35"
+
+
+def test_mlake_sentence_becomes_a_cloze():
+    record = {
+        "question": "Where did Carl Sagan work?",
+        "prompt": "Carl Sagan worked at Cornell University during his career.",
+        "o_answer": "Cornell University",
+        "target_new": "BBC",
+        "subject": "Carl Sagan",
+    }
+    row = parse_edit_cases(raw([record], "mlake"), RELATIONS).iloc[0]
+    assert row["prompt"] == "{} worked at"
+    assert row["target_true"] == "Cornell University"
+
+
+def test_csv_is_read(tmp_path):
+    path = tmp_path / "edits.csv"
+    path.write_text(
+        'prompt,subject,target_new,target_true,question\n"{} is a citizen of",Ann,Peru,Chile,Q?\n',
+        encoding="utf-8",
+    )
+    frame = parse_edit_cases(raw(load_edit_case_file(path), "flat_mquake"), RELATIONS)
+    assert frame.iloc[0]["relation_id"] == "unknown"
+
+
+def test_unknown_format_is_named():
+    with pytest.raises(EditCaseError, match="unknown edit-case format 'xml'"):
+        parse_edit_cases(raw([mquake_case(1)], "xml"), RELATIONS)
+
+
+def test_paper_data_parses(data_dir):
+    path = data_dir / "benchmarking_ke" / "mquake_t_edits.json"
+    mquake_t = parse_edit_cases(
+        RawEditCases(
+            "mquake_t",
+            "flat_mquake",
+            "benign_update",
+            str(path),
+            load_edit_case_file(path),
+        ),
+        RELATIONS,
+    )
+    assert len(mquake_t) == 96  # 3,736 records, one empty placeholder, the rest repeats
+    path = data_dir / "benchmarking_ke" / "mlake_en_edits.json"
+    mlake = parse_edit_cases(
+        RawEditCases(
+            "mlake",
+            "mlake",
+            "counterfactual",
+            str(path),
+            load_edit_case_file(path),
+            True,
+        ),
+        RELATIONS,
+    )
+    assert len(mlake) == 966  # 1,013 records, 47 whose subject is the answer
+    assert mlake["prompt"].str.contains("{}", regex=False).all()
