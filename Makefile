@@ -1,0 +1,27 @@
+# The two commands of the README: `make run` and `make test`. Both set up .venv first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup run test lint
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the dependencies change.
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	KEDRO_DISABLE_TELEMETRY=1 $(BIN)/kedro run
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+test: lint
+	KEDRO_DISABLE_TELEMETRY=1 $(BIN)/pytest
