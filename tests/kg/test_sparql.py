@@ -50,6 +50,12 @@ def test_redact_url_drops_credentials():
     )
 
 
+def test_credentials_in_the_url_are_refused():
+    with pytest.raises(ValueError, match="not in the URL") as err:
+        HttpEndpoint("https://me:secret@example.org/sparql")
+    assert "secret" not in str(err.value)
+
+
 def test_open_endpoint_rejects_unknown_kind():
     with pytest.raises(ValueError, match="embedded' or 'http'"):
         open_endpoint({"kind": "ftp"})
@@ -64,8 +70,10 @@ def test_dead_endpoint_fails_after_bounded_retries(caplog):
     with socket.socket() as sock:  # a port that nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    url = f"http://user:pw@127.0.0.1:{port}/query"
-    endpoint = HttpEndpoint(url, timeout_s=2, max_attempts=3, backoff_s=0.01)
+    url = f"http://127.0.0.1:{port}/query"
+    endpoint = HttpEndpoint(
+        url, timeout_s=2, max_attempts=3, backoff_s=0.01, user="me", password="pw"
+    )
     with pytest.raises(SparqlError) as err:
         endpoint.select("SELECT * WHERE { ?s ?p ?o } LIMIT 1")
     message = str(err.value)

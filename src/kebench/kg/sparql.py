@@ -145,6 +145,12 @@ class HttpEndpoint(SparqlEndpoint):
         password: str | None = None,
     ) -> None:
         super().__init__(redact_url(url))
+        if urlsplit(url).username or urlsplit(url).password:
+            # A URL travels into logs and MLflow tags; secrets must not ride along.
+            raise ValueError(
+                f"SPARQL endpoint {self.name}: put credentials in conf/local/credentials.yml "
+                "or KEBENCH_SPARQL_USER/KEBENCH_SPARQL_PASSWORD, not in the URL"
+            )
         from SPARQLWrapper import JSON, POST, SPARQLWrapper  # noqa: PLC0415
 
         self._client = SPARQLWrapper(url)
