@@ -46,3 +46,86 @@ def serve_kg(files: tuple[str, ...], location: str, port: int) -> None:
             threading.Event().wait()
         except KeyboardInterrupt:
             click.echo("stopped")
+
+
+@cli.command("mine-rules")
+@click.argument("kb_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--mins", type=int, help="Support threshold (AMIE -mins). Default 1.")
+@click.option(
+    "--minhc", type=float, help="Head-coverage threshold; alone, prunes on it."
+)
+@click.option("--minis", type=int, help="Minimum head relation size (AMIE -minis).")
+@click.option("--minc", type=float, help="Standard confidence threshold (default 0).")
+@click.option("--minpca", type=float, help="PCA confidence threshold (default 0.1).")
+@click.option(
+    "--maxad", type=int, help="Most atoms per rule, head included (default 3)."
+)
+@click.option("--rl", type=int, help="Recursivity limit (default 3).")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["amie", "jsonl"]),
+    default="amie",
+    show_default=True,
+    help="AMIE's header and rule lines, or one JSON object per rule.",
+)
+@click.option(
+    "--jar",
+    type=click.Path(dir_okay=False),
+    envvar="KEBENCH_AMIE_JAR",
+    help="Run this AMIE jar with java instead of the built-in miner.",
+)
+def mine_rules_command(  # noqa: PLR0913, PLR0917 - one parameter per AMIE option
+    kb_path: str,
+    mins: int | None,
+    minhc: float | None,
+    minis: int | None,
+    minc: float | None,
+    minpca: float | None,
+    maxad: int | None,
+    rl: int | None,
+    output_format: str,
+    jar: str | None,
+) -> None:
+    """Mine Horn rules from an AMIE TSV knowledge base, exactly as AMIE 3 does.
+
+    With no threshold given this is AMIE's `-mins 1`. Rules go to stdout; with
+    `--format amie` the lines are byte-compatible with AMIE's output.
+    """
+    import json  # noqa: PLC0415 - keeps --help fast
+
+    from kebench.rules import (  # noqa: PLC0415
+        HEADER,
+        MiningParams,
+        RuleMiningError,
+        format_rule_line,
+        mine_file,
+        rule_record,
+    )
+
+    if mins is None and minhc is None:
+        mins = 1
+    try:
+        params = MiningParams.from_amie_options(
+            mins=mins,
+            minhc=minhc,
+            minis=minis,
+            minc=minc,
+            minpca=minpca,
+            maxad=maxad,
+            rl=rl,
+        )
+        rules = mine_file(kb_path, params, jar=jar)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    except RuleMiningError as error:
+        raise click.ClickException(str(error)) from error
+    if output_format == "amie":
+        click.echo(HEADER)
+    for rule in rules:
+        if output_format == "amie":
+            click.echo(format_rule_line(rule))
+        else:
+            click.echo(json.dumps(rule_record(rule), ensure_ascii=False))
+    if not rules:
+        click.echo(f"No rule in {kb_path} reaches the thresholds.", err=True)

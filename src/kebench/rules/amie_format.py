@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from kebench.rules.model import Atom, Rule
+from kebench.rules.model import FRESH_AS_OBJECT, FRESH_AS_SUBJECT, Atom, Rule
 
 HEADER = "\t".join(
     (
@@ -29,6 +29,7 @@ _RULE_TEXT = re.compile(
     rf"(?P<subject>{_VARIABLE})  (?P<relation>.*)  (?P<object>{_VARIABLE})"
 )
 _FIELD_COUNT = 8
+_CANONICAL_FRESH = "?z"
 
 
 def java_decimal(value: float) -> str:
@@ -66,6 +67,19 @@ def format_rule_text(body: Iterable[Atom], head: Atom) -> str:
     """``s  r  o  `` for each body atom, then `` => `` and the head, as AMIE prints."""
     atoms = "".join(f"{s}  {r}  {o}  " for s, r, o in sorted_body(body))
     return f"{atoms} => {head[0]}  {head[1]}  {head[2]}"
+
+
+def canonical_rule_text(body: Iterable[Atom], head: Atom) -> str:
+    """Rule text with the fresh variable renamed, equal for rules equal up to renaming."""
+
+    def rename(variable: str) -> str:
+        return (
+            _CANONICAL_FRESH
+            if variable in (FRESH_AS_SUBJECT, FRESH_AS_OBJECT)
+            else variable
+        )
+
+    return format_rule_text([(rename(s), r, rename(o)) for s, r, o in body], head)
 
 
 def format_rule_line(rule: Rule) -> str:

@@ -151,7 +151,7 @@ def read_amie_tsv(path: str | Path) -> KnowledgeBase:
     kept = sum(len(group[0]) for group in columns)
     skipped = len(lines) - kept
     if skipped:
-        logger.info(
+        logger.warning(
             "%s: skipped %d line(s) without 3 or 4 tab-separated fields", path, skipped
         )
     subjects, relations, objects = (

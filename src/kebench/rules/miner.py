@@ -46,7 +46,7 @@ _WEDGE_CHUNK = 1 << 22
 _ENTRY_CHUNK = 1 << 23
 _PRODUCT_CHUNK = 1 << 24
 _THREE_ATOMS = 3
-_SUPPORTED_DEPTHS = (2, _THREE_ATOMS)
+_MIN_DEPTH = 2
 _AMIE_OPTIONS = ("mins", "minhc", "minis", "minc", "minpca", "maxad", "rl")
 
 
@@ -62,7 +62,8 @@ class MiningParams:
         min_initial_support: ``-minis``, the minimum number of facts of a head relation.
         min_std_confidence: ``-minc``, standard confidence threshold.
         min_pca_confidence: ``-minpca``, PCA confidence threshold (inclusive).
-        max_depth: ``-maxad``, most atoms in a rule, head included (2 or 3).
+        max_depth: ``-maxad``, most atoms in a rule, head included. The built-in
+            miner supports 2 and 3; AMIE's jar backend also longer rules.
         recursivity_limit: ``-rl``, most occurrences of a body relation in a rule.
         skyline: output a type (i) rule only if it beats its parents' PCA confidence.
         perfect_rule_pruning: do not extend a rule whose PCA confidence is 1.
@@ -80,10 +81,9 @@ class MiningParams:
     perfect_rule_pruning: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_depth not in _SUPPORTED_DEPTHS:
+        if self.max_depth < _MIN_DEPTH:
             raise ValueError(
-                f"max_depth (-maxad) must be 2 or 3, got {self.max_depth}: "
-                "kebench mines AMIE's rules of at most three atoms"
+                f"max_depth (-maxad) must be at least 2, got {self.max_depth}"
             )
         if self.pruning_metric not in ("support", "head_coverage"):
             raise ValueError(f"unknown pruning metric {self.pruning_metric!r}")
@@ -711,8 +711,14 @@ def mine_rules(kb: KnowledgeBase, params: MiningParams | None = None) -> list[Ru
 
     Raises:
         RuleMiningError: if the knowledge base has no fact.
+        ValueError: if params.max_depth is above 3.
     """
     params = params or MiningParams()
+    if params.max_depth > _THREE_ATOMS:
+        raise ValueError(
+            f"the built-in miner mines rules of at most {_THREE_ATOMS} atoms "
+            f"(-maxad {params.max_depth} asked); use AMIE's jar backend for longer rules"
+        )
     if kb.size == 0:
         raise RuleMiningError(f"{kb.source}: the knowledge base has no fact")
     rules = _Miner(kb, params).rules()
