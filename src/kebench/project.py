@@ -59,9 +59,16 @@ def project_catalog(
         if "sources" in entry:
             entry["sources"] = _resolve_source_paths(entry["sources"], project_root)
     catalog = DataCatalog.from_config(entries, credentials=config["credentials"])
-    for name, value in config["parameters"].items():
-        catalog[f"params:{name}"] = value
+    _add_params(catalog, config["parameters"], "params:")
     return catalog
+
+
+def _add_params(catalog: DataCatalog, params: dict[str, Any], prefix: str) -> None:
+    """``params:a`` and ``params:a.b`` entries for nested parameters, as Kedro adds them."""
+    for name, value in params.items():
+        catalog[f"{prefix}{name}"] = value
+        if isinstance(value, dict):
+            _add_params(catalog, value, f"{prefix}{name}.")
 
 
 def _resolve_source_paths(

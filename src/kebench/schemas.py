@@ -78,3 +78,77 @@ KG_TRIPLES = pa.DataFrameSchema(
     coerce=True,
     name="kg_triples",
 )
+
+# An atom is [subject variable, relation, object variable].
+ATOM_ARITY = 3
+ATOM = pa.Column(object, pa.Check(lambda atoms: atoms.map(len) == ATOM_ARITY))
+MAX_RULE_BODY = 2  # AMIE's maxad=3: at most three atoms, head included
+
+RULES = pa.DataFrameSchema(
+    {
+        "rule_id": pa.Column(str, unique=True),
+        "body": pa.Column(
+            object, pa.Check(lambda bodies: bodies.map(len).between(1, 3))
+        ),
+        "head": ATOM,
+        "head_coverage": pa.Column(float, pa.Check.in_range(0, 1)),
+        "std_confidence": pa.Column(float, pa.Check.in_range(0, 1)),
+        "pca_confidence": pa.Column(float, pa.Check.in_range(0, 1)),
+        "support": pa.Column(int, pa.Check.ge(1)),
+        "body_size": pa.Column(int, pa.Check.ge(1)),
+        "pca_body_size": pa.Column(int, pa.Check.ge(1)),
+        "functional_variable": pa.Column(str, pa.Check.isin(["?a", "?b"])),
+        "amie_line": pa.Column(str),
+    },
+    strict=True,
+    name="rules",
+)
+
+ENTAILED_FACTS = pa.DataFrameSchema(
+    {
+        "fact_id": pa.Column(str, unique=True),
+        "case_id": pa.Column(str),
+        "rule_id": pa.Column(str),
+        "bindings": pa.Column(str),  # JSON: rule variable -> entity local name
+        "subject_uri": pa.Column(str),
+        "subject_label": pa.Column(str),
+        "relation": pa.Column(str),
+        "answer_old": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "answer_old_uri": pa.Column(str),
+        "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "answer_new_uri": pa.Column(str),
+        "chain": pa.Column(
+            str
+        ),  # JSON: [[relation, "out"|"in"], ...] from the edited subject
+        "path": pa.Column(
+            str
+        ),  # JSON: supporting facts [[s, r, o], ...] (labels), edit included
+        "hops": pa.Column(int, pa.Check.ge(1)),
+    },
+    checks=pa.Check(
+        lambda df: df["answer_old_uri"] != df["answer_new_uri"],
+        error="answer unchanged",
+    ),
+    strict=True,
+    coerce=True,
+    name="entailed_facts",
+)
+
+ENTAILED_QUESTIONS = pa.DataFrameSchema(
+    {
+        "fact_id": pa.Column(str),
+        "case_id": pa.Column(str),
+        "rule_id": pa.Column(str),
+        "question": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "cloze": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "answer_old": pa.Column(str),
+        "answer_new": pa.Column(str),
+        "hops": pa.Column(int, pa.Check.ge(1)),
+        "generator": pa.Column(str, pa.Check.isin(["template", "llm"])),
+        "wording": pa.Column(str),
+    },
+    unique=["case_id", "question"],
+    strict=True,
+    coerce=True,
+    name="entailed_questions",
+)

@@ -1044,12 +1044,13 @@ EDITS = [
     ("P26", "Jay-Z", "Adele", "P27", None),
     ("P26", "Lionel_Messi", "Gisele_Bündchen", "P19", None),
     ("P26", "Roger_Federer", "Serena_Williams", "P27", None),
-    # capital (P36)
-    ("P36", "France", "Lyon", "P27", "Coco_Chanel"),
-    ("P36", "Germany", "Munich", "P27", "Sebastian_Vettel"),
-    ("P36", "Japan", "Kyoto", "P27", "Haruki_Murakami"),
+    # capital (P36): four move the capital abroad (so the city's country changes with
+    # it, a rule-entailed consequence), three move it within the country
+    ("P36", "France", "Brussels", "P27", "Coco_Chanel"),
+    ("P36", "Germany", "Vienna", "P27", "Sebastian_Vettel"),
+    ("P36", "Japan", "Seoul", "P27", "Haruki_Murakami"),
     ("P36", "Australia", "Sydney", "P27", "Margot_Robbie"),
-    ("P36", "Canada", "Toronto", "P27", "Ryan_Gosling"),
+    ("P36", "Canada", "Washington,_D.C.", "P27", "Ryan_Gosling"),
     ("P36", "Turkey", "Istanbul", "P27", "Orhan_Pamuk"),
     ("P36", "Nigeria", "Lagos", "P27", "Chimamanda_Ngozi_Adichie"),
     # country of a city (P17)

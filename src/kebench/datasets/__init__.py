@@ -1,6 +1,10 @@
 """Kedro datasets for kebench's own file formats and data sources."""
 
-from kebench.datasets.atomic import AtomicJSONDataset, AtomicParquetDataset
+from kebench.datasets.atomic import (
+    AtomicJSONDataset,
+    AtomicParquetDataset,
+    AtomicTextDataset,
+)
 from kebench.datasets.edit_cases_dataset import EditCasesDataset
 from kebench.datasets.rdf_datasets import AmieTsvDataset, NTriplesDataset
 from kebench.datasets.sparql_endpoint_dataset import SparqlEndpointDataset
@@ -9,6 +13,7 @@ __all__ = [
     "AmieTsvDataset",
     "AtomicJSONDataset",
     "AtomicParquetDataset",
+    "AtomicTextDataset",
     "EditCasesDataset",
     "NTriplesDataset",
     "SparqlEndpointDataset",

@@ -60,6 +60,17 @@ class AtomicParquetDataset(LocalFileDataset):
             data.to_parquet(tmp, index=False)
 
 
+class AtomicTextDataset(LocalFileDataset):
+    """A UTF-8 text file, written atomically."""
+
+    def load(self) -> str:
+        return Path(self._filepath).read_text(encoding="utf-8")
+
+    def save(self, data: str) -> None:
+        with atomic_path(self._filepath) as tmp:
+            tmp.write_text(data, encoding="utf-8")
+
+
 class AtomicJSONDataset(LocalFileDataset):
     """A JSON document in a local file, written atomically and indented for reading."""
 
