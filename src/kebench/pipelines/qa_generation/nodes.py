@@ -1,0 +1,57 @@
+"""Nodes of qa_generation: thin glue over ``kebench.qa``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from kebench.qa.entailment import derive_entailed_facts, template_questions
+from kebench.qa.verbaliser import MquakeTemplates, Verbaliser, pid_by_local_name
+
+
+def derive_consequences(
+    edit_requests: pd.DataFrame,
+    rules_for_qa: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    relations: dict[str, Any],
+    params: dict[str, Any],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``entailed_facts``: each edit's rule-derived consequences whose answer changes."""
+    return derive_entailed_facts(
+        edit_requests,
+        rules_for_qa,
+        kg_triples,
+        relations,
+        params["max_derivations_per_rule"],
+    )
+
+
+def write_questions(
+    entailed_facts: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    relations: dict[str, Any],
+    params: dict[str, Any],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``entailed_questions``: a multi-hop question and cloze per consequence."""
+    verbaliser = Verbaliser(
+        templates=params["relation_templates"],
+        pid_of=pid_by_local_name(relations),
+        mquake=MquakeTemplates.from_dir(params["mquake_templates_dir"]),
+    )
+    questions = template_questions(
+        entailed_facts, edit_requests, verbaliser, params["max_questions_per_edit"]
+    )
+    report = {
+        "questions": len(questions),
+        "wording": questions["wording"].value_counts().to_dict(),
+        "relations_without_template": dict(verbaliser.wording_used),
+    }
+    return questions, report
+
+
+def merge_qa_reports(
+    consequence_report: dict[str, Any], question_report: dict[str, Any]
+) -> dict[str, Any]:
+    """One qa_generation report: consequences, then questions."""
+    return {"consequences": consequence_report, "questions": question_report}

@@ -1,0 +1,301 @@
+"""Derive the logical consequences of an edit from Horn rules over the KG.
+
+An edit a = (s, r, o) -> a' = (s, r, o'). For each rule with an atom of relation r in
+its body, the edited atom is unified with that body atom under the new object, the rest
+of the body is satisfied by KG facts (the KG with the edit applied), and the head gives
+the consequence (s_c, r_c, o'_c). The old answer o_c is derived the same way from the
+old object on the unedited KG, else read from the KG.
+
+Entities and relations are handled as AMIE local names, the names rules are mined on.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from kebench.kg.amie_export import local_name
+
+Atom = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A KG entity: its local name (as in rules), IRI and label."""
+
+    local: str
+    iri: str
+    label: str
+
+
+class KgIndex:
+    """Subject and object indexes of the KG's entity triples, by relation local name."""
+
+    def __init__(self, kg_triples: pd.DataFrame) -> None:
+        entities = kg_triples[~kg_triples["o_is_literal"]]
+        self.forward: dict[str, dict[str, set[str]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+        self.backward: dict[str, dict[str, set[str]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+        self.entities: dict[str, Entity] = {}
+        for s, p, o, s_label, o_label in zip(
+            entities["s"],
+            entities["p_local"],
+            entities["o"],
+            entities["s_label"],
+            entities["o_label"],
+            strict=True,
+        ):
+            s_local, o_local = local_name(s), local_name(o)
+            self.forward[p][s_local].add(o_local)
+            self.backward[p][o_local].add(s_local)
+            self.entities.setdefault(s_local, Entity(s_local, s, s_label))
+            self.entities.setdefault(o_local, Entity(o_local, o, o_label))
+
+    def relations(self) -> set[str]:
+        return set(self.forward)
+
+    def objects(self, subject: str, relation: str) -> set[str]:
+        return self.forward.get(relation, {}).get(subject, set())
+
+    def subjects(self, obj: str, relation: str) -> set[str]:
+        return self.backward.get(relation, {}).get(obj, set())
+
+    def has(self, subject: str, relation: str, obj: str) -> bool:
+        return obj in self.objects(subject, relation)
+
+
+@dataclass(frozen=True)
+class EditedFact:
+    """The edited triple, in local names: (subject, relation, old object, new object)."""
+
+    subject: str
+    relation: str
+    old: str
+    new: str
+
+
+@dataclass
+class EditedKg:
+    """The KG seen with one fact replaced: (s, r, old) removed, (s, r, new) added."""
+
+    kg: KgIndex
+    edit: EditedFact | None = None
+    use_new: bool = True
+
+    def _swap(self, subject: str, relation: str, objects: set[str]) -> set[str]:
+        if self.edit is None or (subject, relation) != (
+            self.edit.subject,
+            self.edit.relation,
+        ):
+            return objects
+        return (
+            (objects - {self.edit.old}) | {self.edit.new} if self.use_new else objects
+        )
+
+    def objects(self, subject: str, relation: str) -> set[str]:
+        return self._swap(subject, relation, self.kg.objects(subject, relation))
+
+    def subjects(self, obj: str, relation: str) -> set[str]:
+        found = set(self.kg.subjects(obj, relation))
+        if self.edit is not None and self.use_new and relation == self.edit.relation:
+            if obj == self.edit.old:
+                found.discard(self.edit.subject)
+            if obj == self.edit.new:
+                found.add(self.edit.subject)
+        return found
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One consequence of an edit under one rule."""
+
+    rule_id: str
+    matched_atom: int
+    bindings: dict[str, str]
+    head: Atom  # bound: (subject, relation, object)
+    path: tuple[Atom, ...]  # bound body atoms, the edited one included
+
+
+def _bind(atom: Atom, bindings: dict[str, str]) -> Atom:
+    s, r, o = atom
+    return (bindings.get(s, s), r, bindings.get(o, o))
+
+
+def _solve(
+    atoms: Sequence[Atom], bindings: dict[str, str], kg: EditedKg
+) -> Iterator[dict[str, str]]:
+    """Every extension of ``bindings`` under which all ``atoms`` hold in ``kg``."""
+    if not atoms:
+        yield bindings
+        return
+    (s_var, relation, o_var), rest = atoms[0], atoms[1:]
+    s, o = bindings.get(s_var), bindings.get(o_var)
+    if s is not None and o is not None:
+        candidates = [(s, o)] if o in kg.objects(s, relation) else []
+    elif s is not None:
+        candidates = [(s, obj) for obj in sorted(kg.objects(s, relation))]
+    elif o is not None:
+        candidates = [(subj, o) for subj in sorted(kg.subjects(o, relation))]
+    else:  # an atom sharing no bound variable: closed rules of 3 atoms never need it
+        candidates = [
+            (subj, obj)
+            for subj, objs in sorted(kg.kg.forward.get(relation, {}).items())
+            for obj in sorted(objs)
+        ]
+    for subj, obj in candidates:
+        if s_var == o_var and subj != obj:
+            continue
+        yield from _solve(rest, {**bindings, s_var: subj, o_var: obj}, kg)
+
+
+@dataclass
+class ConsequenceFinder:
+    """Applies rules to edits over one KG."""
+
+    kg: KgIndex
+    rules: pd.DataFrame  # the `rules` table: rule_id, body, head
+    max_per_rule: int = 20
+    skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def __post_init__(self) -> None:
+        self._by_relation: dict[str, list[tuple[str, list[Atom], Atom]]] = defaultdict(
+            list
+        )
+        known = self.kg.relations()
+        for rule_id, body, head in zip(
+            self.rules["rule_id"], self.rules["body"], self.rules["head"], strict=True
+        ):
+            atoms = [tuple(atom) for atom in body]
+            if any(atom[1] not in known for atom in [*atoms, tuple(head)]):
+                self.skipped["rule names a relation absent from the KG"] += 1
+                continue
+            for relation in {atom[1] for atom in atoms}:
+                self._by_relation[relation].append((rule_id, atoms, tuple(head)))
+
+    def derive(self, edit: EditedFact, use_new: bool = True) -> list[Derivation]:
+        """Consequences of ``edit`` (under the new object, or the old one on the unedited KG)."""
+        world = EditedKg(self.kg, edit, use_new)
+        value = edit.new if use_new else edit.old
+        derivations = []
+        for rule_id, atoms, head in self._by_relation.get(edit.relation, []):
+            for index, (s_var, relation, o_var) in enumerate(atoms):
+                if relation != edit.relation or s_var == o_var:
+                    continue
+                rest = atoms[:index] + atoms[index + 1 :]
+                seed = {s_var: edit.subject, o_var: value}
+                for count, bindings in enumerate(_solve(rest, seed, world)):
+                    if count >= self.max_per_rule:
+                        break
+                    derivations.append(
+                        Derivation(
+                            rule_id=rule_id,
+                            matched_atom=index,
+                            bindings=bindings,
+                            head=_bind(head, bindings),
+                            path=tuple(_bind(atom, bindings) for atom in atoms),
+                        )
+                    )
+        return derivations
+
+
+def subject_chain(
+    atoms: Sequence[Atom], start: str, goal: str
+) -> list[tuple[str, str, str]] | None:
+    """How to walk from variable ``start`` to ``goal`` over body atoms.
+
+    Returns:
+        ``[(relation, "out" | "in", variable reached), ...]`` (``out``: follow s -> o),
+        ``[]`` when the two are the same variable, or None when no path joins them.
+    """
+    frontier: list[tuple[str, list[tuple[str, str, str]]]] = [(start, [])]
+    seen = {start}
+    while frontier:
+        var, steps = frontier.pop(0)
+        if var == goal:
+            return steps
+        for s_var, relation, o_var in atoms:
+            for here, there, direction in ((s_var, o_var, "out"), (o_var, s_var, "in")):
+                if here == var and there not in seen:
+                    seen.add(there)
+                    frontier.append((there, [*steps, (relation, direction, there)]))
+    return None
+
+
+@dataclass(frozen=True)
+class EntailedFact:
+    """A consequence whose answer changes with the edit: o_c (old) -> o'_c (new)."""
+
+    rule_id: str
+    bindings: dict[str, str]
+    subject: str  # the consequence's subject (local name)
+    relation: str  # the consequence's relation (local name)
+    answer_old: str
+    answer_new: str
+    # (relation, "out" | "in" | "named", entity) from the edit's subject; only "out"
+    # steps are described in the question, the others name their entity.
+    chain: list[tuple[str, str, str]]
+    path: tuple[Atom, ...]  # supporting facts, the edited one included
+
+
+def entailed_facts(
+    finder: ConsequenceFinder,
+    edit: EditedFact,
+    rules_by_id: dict[str, tuple[list[Atom], Atom]],
+) -> list[EntailedFact]:
+    """The consequences of ``edit`` whose answer differs between the old and new worlds.
+
+    A consequence about an entity reached from the edited subject is asked through that
+    chain ("the country of citizenship of the spouse of X"); its old answer is the KG's
+    fact when there is one, else the same rule applied to the old object on the
+    unedited KG (same rule, same unified atom, same consequence subject). A consequence
+    about the new object itself (e.g. citizenship(new head of state, country)) is asked
+    about that entity by name, and its old answer is the KG's fact.
+    """
+    old_derivations = finder.derive(edit, use_new=False)
+    facts: dict[tuple[str, str, str], EntailedFact] = {}
+    for new in finder.derive(edit, use_new=True):
+        atoms, head = rules_by_id[new.rule_id]
+        matched_s, matched_relation, matched_o = atoms[new.matched_atom]
+        subject, relation, answer = new.head
+        olds = set(finder.kg.objects(subject, relation))
+        if head[0] == matched_o:
+            chain = [(matched_relation, "named", subject)]
+        else:
+            steps = subject_chain(atoms, matched_s, head[0])
+            if steps is None:
+                finder.skipped["consequence not reachable from the edited subject"] += 1
+                continue
+            chain = [
+                (rel, direction, new.bindings[var]) for rel, direction, var in steps
+            ]
+            olds = olds or {
+                old.head[2]
+                for old in old_derivations
+                if (old.rule_id, old.matched_atom, old.head[0])
+                == (new.rule_id, new.matched_atom, subject)
+            }
+        if not olds:
+            finder.skipped["no old answer"] += 1
+        elif answer in olds:
+            finder.skipped["answer unchanged"] += 1
+        else:
+            facts.setdefault(
+                new.head,
+                EntailedFact(
+                    rule_id=new.rule_id,
+                    bindings=new.bindings,
+                    subject=subject,
+                    relation=relation,
+                    answer_old=sorted(olds)[0],
+                    answer_new=answer,
+                    chain=chain,
+                    path=new.path,
+                ),
+            )
+    return list(facts.values())

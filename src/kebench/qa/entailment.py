@@ -1,0 +1,182 @@
+"""Frame-level glue: every edit's entailed facts, and their questions."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from kebench.kg.amie_export import local_name
+from kebench.qa.consequences import (
+    ConsequenceFinder,
+    EditedFact,
+    KgIndex,
+    entailed_facts,
+)
+from kebench.qa.verbaliser import Verbaliser
+from kebench.schemas import ENTAILED_FACTS, ENTAILED_QUESTIONS
+
+logger = logging.getLogger(__name__)
+
+
+def edit_relations(
+    relation_id: str, relations: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Local names of the KG predicates that state a relation (P-id)."""
+    return [
+        local_name(iri) for iri in relations.get(relation_id, {}).get("dbpedia", [])
+    ]
+
+
+def edited_facts(
+    edit: Mapping[str, Any], kg: KgIndex, relations: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[EditedFact], str | None]:
+    """The edit as KG facts, or the reason it cannot be one."""
+    if not isinstance(edit["subject_uri"], str):
+        return [], "subject not linked to the KG"
+    if not isinstance(edit["target_new_uri"], str) or not isinstance(
+        edit["target_true_uri"], str
+    ):
+        return [], "old or new target not linked to the KG"
+    subject = local_name(edit["subject_uri"])
+    old, new = local_name(edit["target_true_uri"]), local_name(edit["target_new_uri"])
+    if subject not in kg.entities:
+        return [], "subject not in the KG"
+    candidates = [
+        r for r in edit_relations(edit["relation_id"], relations) if r in kg.relations()
+    ]
+    if not candidates:
+        return [], "relation has no KG predicate"
+    stated = [r for r in candidates if kg.has(subject, r, old)] or candidates
+    return [EditedFact(subject, relation, old, new) for relation in stated], None
+
+
+def derive_entailed_facts(
+    edit_requests: pd.DataFrame,
+    rules: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    relations: Mapping[str, Mapping[str, Any]],
+    max_per_rule: int,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``entailed_facts`` for every edit, and counts of what was skipped and why."""
+    kg = KgIndex(kg_triples)
+    finder = ConsequenceFinder(kg, rules, max_per_rule=max_per_rule)
+    rules_by_id = {
+        rid: ([tuple(a) for a in body], tuple(head))
+        for rid, body, head in zip(
+            rules["rule_id"], rules["body"], rules["head"], strict=True
+        )
+    }
+    label = lambda local: kg.entities[local].label  # noqa: E731
+    rows, edits_skipped = [], Counter()
+    for edit in edit_requests.to_dict("records"):
+        facts, reason = edited_facts(edit, kg, relations)
+        if reason:
+            edits_skipped[reason] += 1
+        consequences = [
+            f for edited in facts for f in entailed_facts(finder, edited, rules_by_id)
+        ]
+        for number, fact in enumerate(consequences):
+            rows.append(
+                {
+                    "fact_id": f"{edit['case_id']}/{number}",
+                    "case_id": edit["case_id"],
+                    "rule_id": fact.rule_id,
+                    "bindings": json.dumps(fact.bindings, sort_keys=True),
+                    "subject_uri": kg.entities[fact.subject].iri,
+                    "subject_label": label(fact.subject),
+                    "relation": fact.relation,
+                    "answer_old": label(fact.answer_old),
+                    "answer_old_uri": kg.entities[fact.answer_old].iri,
+                    "answer_new": label(fact.answer_new),
+                    "answer_new_uri": kg.entities[fact.answer_new].iri,
+                    "chain": json.dumps(
+                        [
+                            [relation, direction, label(entity)]
+                            for relation, direction, entity in fact.chain
+                        ],
+                        ensure_ascii=False,
+                    ),
+                    "path": json.dumps(
+                        [[label(s), r, label(o)] for s, r, o in fact.path],
+                        ensure_ascii=False,
+                    ),
+                    # A backward step names its entity, so only forward steps add a hop.
+                    "hops": 1
+                    + sum(direction == "out" for _, direction, _ in fact.chain),
+                }
+            )
+    frame = ENTAILED_FACTS.validate(
+        pd.DataFrame(rows, columns=list(ENTAILED_FACTS.columns))
+    )
+    per_edit = (
+        frame.groupby("case_id").size().reindex(edit_requests["case_id"], fill_value=0)
+    )
+    report = {
+        "edits": len(edit_requests),
+        "edits_with_consequence_pct": round(100.0 * float((per_edit > 0).mean()), 2),
+        "consequences": len(frame),
+        "consequences_per_edit": {
+            "mean": round(float(per_edit.mean()), 3),
+            "max": int(per_edit.max()),
+            "distribution": {
+                str(k): int(v) for k, v in per_edit.value_counts().sort_index().items()
+            },
+        },
+        "rules_available": len(rules),
+        "rules_used": sorted(frame["rule_id"].unique().tolist()),
+        "edits_without_kg_fact": dict(edits_skipped),
+        "consequences_skipped": dict(finder.skipped),
+    }
+    logger.info(
+        "entailed facts: %d for %d edits (%.1f%% with at least one), %d rules used",
+        len(frame),
+        len(edit_requests),
+        report["edits_with_consequence_pct"],
+        len(report["rules_used"]),
+    )
+    return frame, report
+
+
+def template_questions(
+    entailed: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    verbaliser: Verbaliser,
+    max_per_edit: int,
+) -> pd.DataFrame:
+    """One templated question (and cloze) per entailed fact, capped per edit, no duplicates."""
+    subject_of = edit_requests.set_index("case_id")["subject"]
+    rows = []
+    for fact in entailed.to_dict("records"):
+        chain = [tuple(step) for step in json.loads(fact["chain"])]
+        question, cloze, wording = verbaliser.question(
+            subject_of[fact["case_id"]], chain, fact["relation"]
+        )
+        rows.append(
+            {
+                "fact_id": fact["fact_id"],
+                "case_id": fact["case_id"],
+                "rule_id": fact["rule_id"],
+                "question": question,
+                "cloze": cloze,
+                "answer_old": fact["answer_old"],
+                "answer_new": fact["answer_new"],
+                "hops": fact["hops"],
+                "generator": "template",
+                "wording": wording,
+            }
+        )
+    return cap_questions(
+        pd.DataFrame(rows, columns=list(ENTAILED_QUESTIONS.columns)), max_per_edit
+    )
+
+
+def cap_questions(questions: pd.DataFrame, max_per_edit: int) -> pd.DataFrame:
+    """Drop duplicate questions of an edit and keep at most ``max_per_edit`` per edit."""
+    questions = questions.drop_duplicates(["case_id", "question"])
+    questions = questions.groupby("case_id", sort=False).head(max_per_edit)
+    return ENTAILED_QUESTIONS.validate(questions.reset_index(drop=True))

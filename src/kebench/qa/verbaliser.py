@@ -1,0 +1,132 @@
+"""Deterministic questions from relation templates.
+
+A consequence (s_c, r_c, o_c) reached from the edited subject s by a chain of relations
+becomes a multi-hop question that names s but not the entities reached by following
+relations forward: chain [spouse] and r_c citizenship give "What is the country of
+citizenship of the spouse of Valerie Hobson?" and the cloze "The country of
+citizenship of the spouse of Valerie Hobson is". A backward step (``x`` such that
+r(x, s)) names ``x`` itself, since "the one whose birthplace is Salzburg" would be
+ambiguous; so does a consequence about the new object itself ("What is the country
+of citizenship of Willem-Alexander?" after making him Spain's head of state). The supporting facts are never put in the question.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kebench.kg.amie_export import local_name
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def split_camel_case(name: str) -> str:
+    """``leaderName`` -> ``leader name``: the fallback wording of a relation."""
+    return _CAMEL.sub(" ", name).replace("_", " ").lower()
+
+
+@dataclass(frozen=True)
+class MquakeTemplates:
+    """MQuAKE's Wikidata question and cloze templates (``[X]`` is the subject)."""
+
+    questions: dict[str, str]
+    clozes: dict[str, str]
+
+    @classmethod
+    def from_dir(cls, folder: str | Path | None) -> MquakeTemplates:
+        """Read ``question_templates.json`` and ``cloze_templates.json``; empty if absent."""
+        folder = Path(folder) if folder else None
+        if folder is None or not (folder / "question_templates.json").is_file():
+            return cls({}, {})
+        read = lambda name: json.loads((folder / name).read_text(encoding="utf-8"))  # noqa: E731
+        return cls(read("question_templates.json"), read("cloze_templates.json"))
+
+
+@dataclass
+class Verbaliser:
+    """Turns a relation chain and a target relation into a question and a cloze.
+
+    Args:
+        templates: per relation local name, ``noun`` (e.g. "country of citizenship") and
+            optionally ``question``/``cloze`` with ``{subject}``.
+        pid_of: relation local name -> Wikidata P-id, to use MQuAKE's templates.
+        mquake: MQuAKE's templates, used when a relation has no template of its own.
+    """
+
+    templates: Mapping[str, Mapping[str, str]]
+    pid_of: Mapping[str, str] = field(default_factory=dict)
+    mquake: MquakeTemplates = field(default_factory=lambda: MquakeTemplates({}, {}))
+    wording_used: Counter = field(default_factory=Counter)
+
+    def noun(self, relation: str) -> str:
+        """The relation as a noun phrase; camel-case splitting when it has no template."""
+        if relation in self.templates:
+            return self.templates[relation]["noun"]
+        self.wording_used[f"fallback:{relation}"] += 1
+        return split_camel_case(relation)
+
+    def subject_phrase(
+        self, subject: str, chain: Sequence[tuple[str, str, str]]
+    ) -> str:
+        """Name the consequence's subject by walking the chain from the edited subject.
+
+        ``chain`` holds (relation, "out" | "in" | "named", label of the entity
+        reached); only "out" steps are described, the others name the entity.
+        """
+        phrase = subject
+        for relation, direction, reached in chain:
+            phrase = (
+                f"the {self.noun(relation)} of {phrase}"
+                if direction == "out"
+                else reached
+            )
+        return phrase
+
+    def question(
+        self, subject: str, chain: Sequence[tuple[str, str, str]], relation: str
+    ) -> tuple[str, str, str]:
+        """``(question, cloze, source)`` asking for ``relation`` of the chained subject.
+
+        ``source`` says which wording was used: ``conf``, ``mquake`` or ``fallback``.
+        """
+        phrase = self.subject_phrase(subject, chain)
+        spec = self.templates.get(relation)
+        if spec is not None:
+            noun = spec["noun"]
+            question = spec.get("question", "What is the {noun} of {subject}?")
+            cloze = spec.get("cloze", "The {noun} of {subject} is")
+            return (
+                question.format(noun=noun, subject=phrase),
+                cloze.format(noun=noun, subject=phrase),
+                "conf",
+            )
+        pid = self.pid_of.get(relation)
+        if pid in self.mquake.questions and pid in self.mquake.clozes:
+            self.wording_used[f"mquake:{relation}"] += 1
+            cloze = (
+                self.mquake.clozes[pid]
+                .replace("[X]", phrase)
+                .replace("__", "")
+                .rstrip()
+            )
+            return self.mquake.questions[pid].replace("[X]", phrase), cloze, "mquake"
+        noun = self.noun(relation)
+        return (
+            f"What is the {noun} of {phrase}?",
+            f"The {noun} of {phrase} is",
+            "fallback",
+        )
+
+
+def pid_by_local_name(relations: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Relation local name -> Wikidata P-id, from the ``relations`` parameters."""
+    return {
+        local_name(iri): pid
+        for pid, spec in relations.items()
+        for iri in spec.get("dbpedia", [])
+    }
