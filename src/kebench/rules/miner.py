@@ -178,6 +178,42 @@ def _group_starts(*keys: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a well-spread 64-bit hash of each value."""
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
+
+def _first_equal_row(matrix: sp.csr_matrix) -> np.ndarray:
+    """For each row of a CSR matrix with sorted indices, the first row equal to it.
+
+    Rows are grouped by length and two 64-bit hashes of their indices, then each row is
+    compared entry by entry with its group's first row, so the result is exact.
+    """
+    lengths = np.diff(matrix.indptr)
+    rows = np.arange(len(lengths))
+    hashes = [
+        np.add.reduceat(
+            _mix64(matrix.indices.astype(np.uint64) + np.uint64(seed)),
+            matrix.indptr[:-1],
+        )
+        for seed in (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)
+    ]
+    order = np.lexsort((rows, *hashes, lengths))
+    starts = _group_starts(lengths[order], *(h[order] for h in hashes))
+    first = np.empty(len(rows), dtype=np.int64)
+    first[order] = np.repeat(order[starts], np.diff(np.append(starts, len(order))))
+    owners, positions = _expand_ranges(matrix.indptr[:-1], matrix.indptr[1:])
+    offsets = positions - matrix.indptr[owners]
+    differs = (
+        matrix.indices[positions]
+        != matrix.indices[matrix.indptr[first[owners]] + offsets]
+    )
+    first[np.unique(owners[differs])] = rows[np.unique(owners[differs])]
+    return first
+
+
 class _RowSums:
     """Body sizes and masked row sums, accumulated over batches of bodies."""
 
@@ -418,12 +454,19 @@ class _SparseKB:
         return bodies[starts], x[starts], counts
 
     def _product_row_nnz(self, left: sp.csr_matrix) -> np.ndarray:
-        """Nonzeros per row of left · stacked, computed in chunks of bounded size."""
+        """Nonzeros per row of left · stacked, computed in chunks of bounded size.
+
+        Equal rows of left (entities with the same join set, as with type-like
+        relations) have equal products, so each distinct row is multiplied once.
+        """
+        representative = _first_equal_row(left)
+        distinct = np.flatnonzero(representative == np.arange(left.shape[0]))
+        left = left[distinct]
         work = np.add.reduceat(self.row_degrees[left.indices], left.indptr[:-1])
         nnz = np.zeros(left.shape[0], dtype=np.int64)
         for lo, hi in _chunks(work, _PRODUCT_CHUNK):
             nnz[lo:hi] = np.diff((left[lo:hi] @ self.stacked).indptr)
-        return nnz
+        return nnz[np.searchsorted(distinct, representative)]
 
     def path_supports(
         self, facts: np.ndarray
