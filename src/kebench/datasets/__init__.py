@@ -1,20 +1,24 @@
 """Kedro datasets for kebench's own file formats and data sources."""
 
 from kebench.datasets.atomic import (
+    AtomicCSVDataset,
     AtomicJSONDataset,
     AtomicParquetDataset,
     AtomicTextDataset,
 )
 from kebench.datasets.edit_cases_dataset import EditCasesDataset
+from kebench.datasets.injection_sets_dataset import InjectionSetsDataset
 from kebench.datasets.rdf_datasets import AmieTsvDataset, NTriplesDataset
 from kebench.datasets.sparql_endpoint_dataset import SparqlEndpointDataset
 
 __all__ = [
     "AmieTsvDataset",
+    "AtomicCSVDataset",
     "AtomicJSONDataset",
     "AtomicParquetDataset",
     "AtomicTextDataset",
     "EditCasesDataset",
+    "InjectionSetsDataset",
     "NTriplesDataset",
     "SparqlEndpointDataset",
 ]

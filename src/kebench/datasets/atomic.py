@@ -71,6 +71,17 @@ class AtomicTextDataset(LocalFileDataset):
             tmp.write_text(data, encoding="utf-8")
 
 
+class AtomicCSVDataset(LocalFileDataset):
+    """A pandas DataFrame in a local CSV file, written atomically."""
+
+    def load(self) -> pd.DataFrame:
+        return pd.read_csv(self._filepath)
+
+    def save(self, data: pd.DataFrame) -> None:
+        with atomic_path(self._filepath) as tmp:
+            data.to_csv(tmp, index=False)
+
+
 class AtomicJSONDataset(LocalFileDataset):
     """A JSON document in a local file, written atomically and indented for reading."""
 

@@ -250,3 +250,28 @@ def parse_edit_cases(raw: RawEditCases, relations: RelationCatalog) -> pd.DataFr
     for column in ("subject_uri", "target_true_uri", "target_new_uri"):
         frame[column] = None
     return EDIT_REQUESTS.validate(frame.reset_index(drop=True))
+
+
+def multihop_questions(raw: RawEditCases) -> pd.DataFrame:
+    """MQuAKE's own multi-hop questions of each case (``questions``, ``answer``,
+    ``new_answer``); empty for formats that have none.
+
+    Returns:
+        A frame with case_id, question, answer_old, answer_new, hops.
+    """
+    columns = ["case_id", "question", "answer_old", "answer_new", "hops"]
+    if raw.format != "mquake":
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for index, record in enumerate(raw.records):
+        old, new = _text(record.get("answer")), _text(record.get("new_answer"))
+        if not isinstance(record, dict) or old is None or new is None:
+            continue
+        case_id = f"{raw.source}-{record.get('case_id', index)}"
+        hops = max(len(record.get("single_hops") or []), 2)
+        rows.extend(
+            {"case_id": case_id, "question": question, "answer_old": old, "answer_new": new, "hops": hops}
+            for question in record.get("questions") or []
+            if _text(question)
+        )
+    return pd.DataFrame(rows, columns=columns)

@@ -96,31 +96,32 @@ class Verbaliser:
         """
         phrase = self.subject_phrase(subject, chain)
         spec = self.templates.get(relation)
-        if spec is not None:
-            noun = spec["noun"]
-            question = spec.get("question", "What is the {noun} of {subject}?")
-            cloze = spec.get("cloze", "The {noun} of {subject} is")
-            return (
-                question.format(noun=noun, subject=phrase),
-                cloze.format(noun=noun, subject=phrase),
-                "conf",
-            )
         pid = self.pid_of.get(relation)
-        if pid in self.mquake.questions and pid in self.mquake.clozes:
-            self.wording_used[f"mquake:{relation}"] += 1
-            cloze = (
-                self.mquake.clozes[pid]
-                .replace("[X]", phrase)
-                .replace("__", "")
-                .rstrip()
+        if spec is not None:
+            fill = {"noun": spec["noun"], "subject": phrase}
+            question = spec.get("question", "What is the {noun} of {subject}?").format(
+                **fill
             )
-            return self.mquake.questions[pid].replace("[X]", phrase), cloze, "mquake"
-        noun = self.noun(relation)
-        return (
-            f"What is the {noun} of {phrase}?",
-            f"The {noun} of {phrase} is",
-            "fallback",
-        )
+            cloze = spec.get("cloze", "The {noun} of {subject} is").format(**fill)
+            source = "conf"
+        elif pid in self.mquake.questions and pid in self.mquake.clozes:
+            self.wording_used[f"mquake:{relation}"] += 1
+            question = self.mquake.questions[pid].replace("[X]", phrase)
+            cloze = self.mquake.clozes[pid].replace("[X]", phrase)
+            cloze, source = cloze.replace("__", "").rstrip(), "mquake"
+        else:
+            noun = self.noun(relation)
+            question, cloze = (
+                f"What is the {noun} of {phrase}?",
+                f"The {noun} of {phrase} is",
+            )
+            source = "fallback"
+        return _sentence_case(question), _sentence_case(cloze), source
+
+
+def _sentence_case(text: str) -> str:
+    """Upper-case the first letter, as a subject phrase may open the sentence."""
+    return text[:1].upper() + text[1:]
 
 
 def pid_by_local_name(relations: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:

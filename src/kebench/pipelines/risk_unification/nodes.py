@@ -1,0 +1,82 @@
+"""Nodes of risk_unification: thin glue over ``kebench.qa.probes``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from kebench.kg.edit_cases import RawEditCases, multihop_questions
+from kebench.qa.probes import (
+    InjectionSet,
+    edit_probes,
+    entailed_probes,
+    injection_probes,
+    locality_probes,
+    multihop_probes,
+    probe_summary,
+    unify_probes,
+)
+from kebench.qa.verbaliser import Verbaliser
+
+
+def collect_edit_probes(
+    edit_requests: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """Direct (the edit's cloze) and paraphrase (its question) probes."""
+    return edit_probes(edit_requests, params["qa_format"])
+
+
+def collect_entailed_probes(
+    entailed_questions: pd.DataFrame, edit_requests: pd.DataFrame
+) -> pd.DataFrame:
+    """Entailed probes from the rule-derived questions."""
+    return entailed_probes(entailed_questions, edit_requests)
+
+
+def collect_multihop_probes(
+    raw_edit_cases: RawEditCases, edit_requests: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """The dataset's own multi-hop questions (MQuAKE's ``questions``)."""
+    return multihop_probes(
+        multihop_questions(raw_edit_cases), edit_requests, params["qa_format"]
+    )
+
+
+def sample_locality_probes(
+    edit_requests: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    relation_templates: dict[str, dict[str, str]],
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """Unrelated KG facts per edit, whose answers an edit must leave alone."""
+    settings = params["locality"]
+    verbaliser = Verbaliser(templates=relation_templates)
+    return locality_probes(
+        edit_requests, kg_triples, verbaliser, settings["per_edit"], settings["seed"]
+    )
+
+
+def collect_injection_probes(
+    injection_sets: list[InjectionSet], params: dict[str, Any]
+) -> pd.DataFrame:
+    """Harmful-injection probes (misinformation, bias) from the EditAttack sets."""
+    return injection_probes(
+        injection_sets, params["injection_max_cases"], params["qa_format"]
+    )
+
+
+def unify_probe_table(
+    edit: pd.DataFrame,
+    entailed: pd.DataFrame,
+    multihop: pd.DataFrame,
+    locality: pd.DataFrame,
+    injection: pd.DataFrame,
+) -> pd.DataFrame:
+    """The one ``probes`` table, validated."""
+    return unify_probes([edit, entailed, multihop, locality, injection])
+
+
+def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
+    """Counts per source x probe_type x risk, for the report."""
+    return probe_summary(probes)

@@ -1,0 +1,74 @@
+"""risk_unification pipeline definition."""
+
+from kedro.pipeline import Node, Pipeline
+
+from kebench.pipelines.risk_unification.nodes import (
+    collect_edit_probes,
+    collect_entailed_probes,
+    collect_injection_probes,
+    collect_multihop_probes,
+    sample_locality_probes,
+    summarise_probes,
+    unify_probe_table,
+)
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    """All test sources -> probes (+ a summary of counts)."""
+    return Pipeline(
+        [
+            Node(
+                func=collect_edit_probes,
+                inputs=["edit_requests", "params:risk_unification"],
+                outputs="edit_probes",
+                name="collect_edit_probes",
+            ),
+            Node(
+                func=collect_entailed_probes,
+                inputs=["entailed_questions", "edit_requests"],
+                outputs="entailed_probes",
+                name="collect_entailed_probes",
+            ),
+            Node(
+                func=collect_multihop_probes,
+                inputs=["raw_edit_cases", "edit_requests", "params:risk_unification"],
+                outputs="multihop_probes",
+                name="collect_multihop_probes",
+            ),
+            Node(
+                func=sample_locality_probes,
+                inputs=[
+                    "edit_requests",
+                    "kg_triples",
+                    "params:qa_generation.relation_templates",
+                    "params:risk_unification",
+                ],
+                outputs="locality_probes",
+                name="sample_locality_probes",
+            ),
+            Node(
+                func=collect_injection_probes,
+                inputs=["injection_sets", "params:risk_unification"],
+                outputs="injection_probes",
+                name="collect_injection_probes",
+            ),
+            Node(
+                func=unify_probe_table,
+                inputs=[
+                    "edit_probes",
+                    "entailed_probes",
+                    "multihop_probes",
+                    "locality_probes",
+                    "injection_probes",
+                ],
+                outputs="probes",
+                name="unify_probe_table",
+            ),
+            Node(
+                func=summarise_probes,
+                inputs="probes",
+                outputs="probe_summary",
+                name="summarise_probes",
+            ),
+        ]
+    )

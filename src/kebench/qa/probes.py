@@ -1,0 +1,237 @@
+"""Every source of risk an edit carries, as rows of the one ``probes`` table.
+
+A probe is scored as P(answer | prompt): ``prompt`` is a cloze ("The capital of France
+is") or a question in the configured QA format ("Question: ...\\nAnswer:").
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from kebench.qa.verbaliser import Verbaliser
+from kebench.schemas import PROBES
+
+COLUMNS = list(PROBES.columns)
+
+
+def as_question_prompt(question: str, qa_format: str) -> str:
+    """A question in the QA prompt format, e.g. ``Question: {question}\\nAnswer:``."""
+    return qa_format.format(question=question)
+
+
+@dataclass(frozen=True)
+class InjectionSet:
+    """A harmful-injection table (EditAttack) and the risk its edits carry."""
+
+    name: str
+    risk: str
+    table: pd.DataFrame
+
+
+def _rows(cases: pd.DataFrame, probe_type: str, **columns: Any) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        {"case_id": cases["case_id"], "probe_type": probe_type, **columns}
+    )
+    return frame.reindex(columns=COLUMNS)
+
+
+def edit_probes(edit_requests: pd.DataFrame, qa_format: str) -> pd.DataFrame:
+    """``direct`` (the edit's own cloze) and ``paraphrase`` (its question) probes."""
+    common = {
+        "source": edit_requests["source"],
+        "risk": edit_requests["risk"],
+        "subject": edit_requests["subject"],
+        "answer_old": edit_requests["target_true"],
+        "answer_new": edit_requests["target_new"],
+        "hops": 1,
+    }
+    direct = _rows(
+        edit_requests,
+        "direct",
+        prompt=[
+            p.replace("{}", s)
+            for p, s in zip(
+                edit_requests["prompt"], edit_requests["subject"], strict=True
+            )
+        ],
+        question=None,
+        **common,
+    )
+    asked = edit_requests[edit_requests["question"].notna()]
+    paraphrase = _rows(
+        asked,
+        "paraphrase",
+        prompt=[as_question_prompt(q, qa_format) for q in asked["question"]],
+        question=asked["question"],
+        **{
+            k: (v[asked.index] if isinstance(v, pd.Series) else v)
+            for k, v in common.items()
+        },
+    )
+    return pd.concat([direct, paraphrase], ignore_index=True)
+
+
+def entailed_probes(
+    entailed_questions: pd.DataFrame, edit_requests: pd.DataFrame
+) -> pd.DataFrame:
+    """``entailed`` probes: rule-derived consequences, asked as clozes without the facts."""
+    cases = edit_requests.set_index("case_id")
+    joined = entailed_questions.join(cases[["source", "risk", "subject"]], on="case_id")
+    return _rows(
+        joined,
+        "entailed",
+        source=joined["source"],
+        risk=joined["risk"],
+        subject=joined["subject"],
+        prompt=joined["cloze"],
+        question=joined["question"],
+        answer_old=joined["answer_old"],
+        answer_new=joined["answer_new"],
+        rule_id=joined["rule_id"],
+        hops=joined["hops"],
+    )
+
+
+def multihop_probes(
+    multihop: pd.DataFrame, edit_requests: pd.DataFrame, qa_format: str
+) -> pd.DataFrame:
+    """``multihop`` probes: the dataset's own multi-hop questions (e.g. MQuAKE's)."""
+    cases = edit_requests.set_index("case_id")
+    joined = multihop[multihop["case_id"].isin(cases.index)].join(
+        cases[["source", "risk", "subject"]], on="case_id"
+    )
+    return _rows(
+        joined,
+        "multihop",
+        source=joined["source"],
+        risk=joined["risk"],
+        subject=joined["subject"],
+        prompt=[as_question_prompt(q, qa_format) for q in joined["question"]],
+        question=joined["question"],
+        answer_old=joined["answer_old"],
+        answer_new=joined["answer_new"],
+        hops=joined["hops"],
+    )
+
+
+def locality_probes(
+    edit_requests: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    verbaliser: Verbaliser,
+    per_edit: int,
+    seed: int,
+) -> pd.DataFrame:
+    """``locality`` probes: KG facts about other subjects, whose answer must not change.
+
+    Facts are drawn (seeded) from entity triples with a relation template whose subject
+    is neither the edit's subject nor one of its targets.
+    """
+    facts = kg_triples[
+        ~kg_triples["o_is_literal"]
+        & kg_triples["p_local"].isin(list(verbaliser.templates))
+    ]
+    facts = facts.drop_duplicates(["s", "p_local"]).reset_index(drop=True)
+    rng = random.Random(seed)
+    rows = []
+    for edit in edit_requests.to_dict("records"):
+        excluded = {
+            edit["subject_uri"],
+            edit["target_true_uri"],
+            edit["target_new_uri"],
+        }
+        candidates = facts[~facts["s"].isin(excluded)]
+        picks = rng.sample(range(len(candidates)), min(per_edit, len(candidates)))
+        for fact in candidates.iloc[sorted(picks)].to_dict("records"):
+            _, cloze, _ = verbaliser.question(fact["s_label"], [], fact["p_local"])
+            rows.append(
+                {
+                    "case_id": edit["case_id"],
+                    "source": edit["source"],
+                    "probe_type": "locality",
+                    "risk": edit["risk"],
+                    "subject": edit["subject"],
+                    "prompt": cloze,
+                    "question": None,
+                    "answer_old": fact["o_label"],
+                    "answer_new": fact["o_label"],
+                    "rule_id": None,
+                    "hops": 1,
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def injection_probes(
+    sets: Sequence[InjectionSet], max_cases: int, qa_format: str
+) -> pd.DataFrame:
+    """Harmful-injection cases (EditAttack): the injected claim, its paraphrase and its
+    portability question, with risk misinformation or bias.
+
+    Misinformation sets have columns subjects, questions, paraphrased_questions,
+    portability_questions, targets; the bias set has subject, context, prompt,
+    paraphrase_prompt, target (the question is asked after its context).
+    """
+    frames = []
+    for injection in sets:
+        name, table = injection.name, injection.table.head(max_cases)
+        if "context" in table:
+            asks = {
+                "direct": table["context"] + " " + table["prompt"],
+                "paraphrase": table["context"] + " " + table["paraphrase_prompt"],
+            }
+            subjects, targets = table["subject"], table["target"]
+        else:
+            asks = {
+                "direct": table["questions"],
+                "paraphrase": table["paraphrased_questions"],
+                "multihop": table["portability_questions"],
+            }
+            subjects, targets = table["subjects"], table["targets"]
+        cases = pd.DataFrame({"case_id": [f"{name}-{i}" for i in range(len(table))]})
+        for probe_type, questions in asks.items():
+            frames.append(
+                _rows(
+                    cases,
+                    probe_type,
+                    source=name,
+                    risk=injection.risk,
+                    subject=subjects.to_numpy(),
+                    prompt=[as_question_prompt(q, qa_format) for q in questions],
+                    question=questions.to_numpy(),
+                    answer_old=None,
+                    answer_new=targets.to_numpy(),
+                    hops=2 if probe_type == "multihop" else 1,
+                )
+            )
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=COLUMNS)
+    )
+
+
+def unify_probes(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """One validated ``probes`` table, with ids ``<case_id>/<probe_type>/<n>``."""
+    probes = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    probes = probes.drop_duplicates(
+        ["case_id", "probe_type", "prompt", "answer_new"], ignore_index=True
+    )
+    number = probes.groupby(["case_id", "probe_type"]).cumcount()
+    probes["probe_id"] = (
+        probes["case_id"] + "/" + probes["probe_type"] + "/" + number.astype(str)
+    )
+    return PROBES.validate(probes[COLUMNS])
+
+
+def probe_summary(probes: pd.DataFrame) -> pd.DataFrame:
+    """Counts of probes and cases per source x probe_type x risk."""
+    return (
+        probes.groupby(["source", "probe_type", "risk"])
+        .agg(probes=("probe_id", "size"), cases=("case_id", "nunique"))
+        .reset_index()
+    )
