@@ -15,7 +15,7 @@ fact (a, b), enumerated from the end with the smaller degree. Body and PCA body 
 are row counts of the body matrix summed over the rows that are subjects (or objects)
 of the head relation. A product row with a single join entity needs no product at all
 (its count is the degree of that entity), so sparse products run only for the rows
-that join through several entities, in bounded chunks.
+that join through several entities, once per distinct join set, in bounded chunks.
 """
 
 from __future__ import annotations
