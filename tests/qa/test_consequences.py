@@ -1,0 +1,180 @@
+"""Consequences of an edit under rules, and their questions, on small real KGs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kebench.qa.consequences import (
+    ConsequenceFinder,
+    EditedFact,
+    KgIndex,
+    entailed_facts,
+)
+from kebench.qa.entailment import derive_entailed_facts, template_questions
+from kebench.qa.verbaliser import Verbaliser, split_camel_case
+
+R = "http://dbpedia.org/resource/"
+DBO = "http://dbpedia.org/ontology/"
+SPOUSE_RULE = (
+    "R1",
+    [["?g", "citizenship", "?b"], ["?g", "spouse", "?a"]],
+    ["?a", "citizenship", "?b"],
+)
+LEADER_RULE = ("R2", [["?b", "leader", "?a"]], ["?a", "citizenship", "?b"])
+GHOST_RULE = ("R3", [["?a", "ghostRelation", "?b"]], ["?a", "citizenship", "?b"])
+TEMPLATES = {
+    "citizenship": {"noun": "country of citizenship"},
+    "spouse": {"noun": "spouse"},
+}
+RELATIONS = {
+    "P27": {"dbpedia": [f"{DBO}citizenship"]},
+    "P35": {"dbpedia": [f"{DBO}leader"]},
+}
+
+
+def kg(*facts: tuple[str, str, str]) -> pd.DataFrame:
+    rows = [
+        {
+            "s": R + s,
+            "p": DBO + p,
+            "o": R + o,
+            "o_is_literal": False,
+            "o_lang": None,
+            "s_label": s.replace("_", " "),
+            "p_local": p,
+            "o_label": o.replace("_", " "),
+        }
+        for s, p, o in facts
+    ]
+    return pd.DataFrame(rows)
+
+
+def rules(*specs) -> pd.DataFrame:
+    return pd.DataFrame([{"rule_id": i, "body": b, "head": h} for i, b, h in specs])
+
+
+FAMILY = kg(
+    ("Barack_Obama", "spouse", "Michelle_Obama"),
+    ("Barack_Obama", "citizenship", "United_States"),
+    ("Michelle_Obama", "citizenship", "United_States"),
+    ("Spain", "leader", "Felipe_VI"),
+    ("Felipe_VI", "citizenship", "Spain"),
+    ("Willem-Alexander", "citizenship", "Netherlands"),
+    ("Canada", "leader", "Charles_III"),
+)
+
+
+def finder(*specs) -> tuple[ConsequenceFinder, dict]:
+    table = rules(*specs)
+    by_id = {rid: ([tuple(a) for a in b], tuple(h)) for rid, b, h in specs}
+    return ConsequenceFinder(KgIndex(FAMILY), table), by_id
+
+
+def test_spouse_consequence_is_asked_through_the_chain():
+    consequence_finder, by_id = finder(SPOUSE_RULE)
+    edit = EditedFact("Barack_Obama", "citizenship", "United_States", "Canada")
+    (fact,) = entailed_facts(consequence_finder, edit, by_id)
+    assert (fact.subject, fact.relation) == ("Michelle_Obama", "citizenship")
+    assert (fact.answer_old, fact.answer_new) == ("United_States", "Canada")
+    assert fact.chain == [("spouse", "out", "Michelle_Obama")]
+    question, cloze, source = Verbaliser(TEMPLATES).question(
+        "Barack Obama", fact.chain, "citizenship"
+    )
+    assert (
+        question == "What is the country of citizenship of the spouse of Barack Obama?"
+    )
+    assert cloze == "The country of citizenship of the spouse of Barack Obama is"
+    assert source == "conf"
+
+
+def test_consequence_about_the_new_object_names_it():
+    consequence_finder, by_id = finder(LEADER_RULE)
+    edit = EditedFact("Spain", "leader", "Felipe_VI", "Willem-Alexander")
+    (fact,) = entailed_facts(consequence_finder, edit, by_id)
+    assert (fact.subject, fact.answer_old, fact.answer_new) == (
+        "Willem-Alexander",
+        "Netherlands",
+        "Spain",
+    )
+    question, _, _ = Verbaliser(TEMPLATES).question("Spain", fact.chain, "citizenship")
+    assert question == "What is the country of citizenship of Willem-Alexander?"
+
+
+def test_unchanged_and_unknown_answers_are_skipped_and_counted():
+    consequence_finder, by_id = finder(LEADER_RULE)
+    # Charles III has no citizenship in the KG: no old answer.
+    assert (
+        entailed_facts(
+            consequence_finder,
+            EditedFact("Spain", "leader", "Felipe_VI", "Charles_III"),
+            by_id,
+        )
+        == []
+    )
+    assert consequence_finder.skipped["no old answer"] == 1
+    assert (
+        entailed_facts(
+            consequence_finder,
+            EditedFact("Spain", "leader", "Felipe_VI", "Felipe_VI"),
+            by_id,
+        )
+        == []
+    )
+    assert consequence_finder.skipped["answer unchanged"] == 1
+
+
+def edit_row(case_id, subject, relation_id, old, new) -> dict:
+    return {
+        "case_id": case_id,
+        "subject": subject.replace("_", " "),
+        "relation_id": relation_id,
+        "subject_uri": R + subject if subject != "Atlantis" else None,
+        "target_true_uri": R + old,
+        "target_new_uri": R + new,
+    }
+
+
+def test_frame_report_counts_bad_input():
+    edits = pd.DataFrame(
+        [
+            edit_row("c1", "Barack_Obama", "P27", "United_States", "Canada"),
+            edit_row(
+                "c2", "Atlantis", "P27", "United_States", "Canada"
+            ),  # not in the KG
+            edit_row("c3", "Spain", "P35", "Felipe_VI", "Willem-Alexander"),
+        ]
+    )
+    facts, report = derive_entailed_facts(
+        edits,
+        rules(SPOUSE_RULE, LEADER_RULE, GHOST_RULE),
+        FAMILY,
+        RELATIONS,
+        max_per_rule=5,
+    )
+    assert list(facts["case_id"]) == ["c1", "c3"]
+    assert report["edits_with_consequence_pct"] == pytest.approx(66.67)
+    assert report["edits_without_kg_fact"] == {"subject not linked to the KG": 1}
+    assert (
+        report["consequences_skipped"]["rule names a relation absent from the KG"] == 1
+    )
+    assert facts.iloc[0]["path"] == (
+        '[["Barack Obama", "citizenship", "Canada"], ["Barack Obama", "spouse", "Michelle Obama"]]'
+    )
+
+
+def test_relation_without_template_gets_fallback_wording_and_is_counted():
+    edits = pd.DataFrame(
+        [edit_row("c1", "Barack_Obama", "P27", "United_States", "Canada")]
+    )
+    facts, _ = derive_entailed_facts(
+        edits, rules(SPOUSE_RULE), FAMILY, RELATIONS, max_per_rule=5
+    )
+    verbaliser = Verbaliser({"citizenship": {"noun": "country of citizenship"}})
+    questions = template_questions(facts, edits, verbaliser, max_per_edit=3)
+    assert (
+        questions.iloc[0]["question"]
+        == "What is the country of citizenship of the spouse of Barack Obama?"
+    )
+    assert verbaliser.wording_used == {"fallback:spouse": 1}
+    assert split_camel_case("leaderName") == "leader name"
