@@ -479,19 +479,28 @@ class _SparseKB:
         a, b = self.subjects[facts], self.objects[facts]
         from_subject = degrees[a] <= degrees[b]
         nl = self.label_count
-        counted: list[np.ndarray] = []
+        keys: list[np.ndarray] = []
+        supports: list[np.ndarray] = []
         for side in (True, False):
             chosen = facts[from_subject == side]
             pivot = self.subjects[chosen] if side else self.objects[chosen]
             for lo, hi in _chunks(degrees[pivot], _WEDGE_CHUNK):
-                counted.append(self._wedge_keys(chosen[lo:hi], pivot_is_subject=side))
-        if not counted:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty, empty
-        keys, supports = np.unique(np.concatenate(counted), return_counts=True)
-        head, labels = np.divmod(keys, nl * nl)
+                # A fact lies in one chunk, so per-chunk supports add up.
+                chunk_keys, chunk_supports = np.unique(
+                    self._wedge_keys(chosen[lo:hi], pivot_is_subject=side),
+                    return_counts=True,
+                )
+                keys.append(chunk_keys)
+                supports.append(chunk_supports)
+        all_keys, where = np.unique(
+            np.concatenate([*keys, np.zeros(0, np.int64)]), return_inverse=True
+        )
+        totals = np.bincount(
+            where, weights=np.concatenate([*supports, np.zeros(0, np.int64)])
+        ).astype(np.int64)
+        head, labels = np.divmod(all_keys, nl * nl)
         first, second = np.divmod(labels, nl)
-        return head, first, second, supports
+        return head, first, second, totals
 
     def _wedge_keys(self, facts: np.ndarray, pivot_is_subject: bool) -> np.ndarray:
         """Distinct (fact, LX, LY) of the wedges closing the facts, as head-rule keys."""
