@@ -1,5 +1,8 @@
 """The user-facing ``kebench`` command."""
 
+import logging
+import sys
+
 import click
 
 
@@ -7,6 +10,13 @@ import click
 @click.version_option(package_name="kebench")
 def cli() -> None:
     """kebench: benchmark knowledge edits on their logical consequences."""
+    # Results go to stdout (e.g. AMIE-format rules); logs must never mix into them.
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
 
 
 @cli.command("convert-kg")
