@@ -17,6 +17,7 @@ from kebench.qa.consequences import (
     KgIndex,
     entailed_facts,
 )
+from kebench.qa.llm_questions import LlmQuestionWriter
 from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import ENTAILED_FACTS, ENTAILED_QUESTIONS
 
@@ -180,3 +181,35 @@ def cap_questions(questions: pd.DataFrame, max_per_edit: int) -> pd.DataFrame:
     questions = questions.drop_duplicates(["case_id", "question"])
     questions = questions.groupby("case_id", sort=False).head(max_per_edit)
     return ENTAILED_QUESTIONS.validate(questions.reset_index(drop=True))
+
+
+def llm_questions(
+    templated: pd.DataFrame,
+    entailed: pd.DataFrame,
+    rules: pd.DataFrame,
+    writer: LlmQuestionWriter,
+) -> tuple[pd.DataFrame, list[dict[str, str]]]:
+    """Replace each templated question by the LLM's, or drop it with the reason.
+
+    The LLM sees the consequence's rule and its supporting facts (edit included) and
+    must answer with the derived entity; the templated cloze is kept for scoring.
+    """
+    rule_text = {
+        rid: line.split("\t")[0]
+        for rid, line in zip(rules["rule_id"], rules["amie_line"], strict=True)
+    }
+    path_of = entailed.set_index("fact_id")["path"]
+    kept, rejected = [], []
+    for row in templated.to_dict("records"):
+        question, reason = writer.write(
+            [rule_text[row["rule_id"]]],
+            json.loads(path_of[row["fact_id"]]),
+            row["answer_new"],
+        )
+        if question is None:
+            rejected.append({"fact_id": row["fact_id"], "reason": reason})
+            continue
+        kept.append({**row, "question": question, "generator": "llm", "wording": "llm"})
+    logger.info("LLM questions: %d kept, %d rejected", len(kept), len(rejected))
+    frame = pd.DataFrame(kept, columns=list(ENTAILED_QUESTIONS.columns))
+    return ENTAILED_QUESTIONS.validate(frame), rejected

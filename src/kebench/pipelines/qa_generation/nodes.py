@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import pandas as pd
 
-from kebench.qa.entailment import derive_entailed_facts, template_questions
+from kebench.qa.entailment import (
+    derive_entailed_facts,
+    llm_questions,
+    template_questions,
+)
+from kebench.qa.llm_questions import LlmQuestionWriter, LlmSettings, ResponseCache
 from kebench.qa.verbaliser import MquakeTemplates, Verbaliser, pid_by_local_name
 
 
@@ -27,9 +33,11 @@ def derive_consequences(
     )
 
 
-def write_questions(
+def write_questions(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     entailed_facts: pd.DataFrame,
     edit_requests: pd.DataFrame,
+    rules_for_qa: pd.DataFrame,
+    question_llm: openai.OpenAI,
     relations: dict[str, Any],
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -42,7 +50,26 @@ def write_questions(
     questions = template_questions(
         entailed_facts, edit_requests, verbaliser, params["max_questions_per_edit"]
     )
-    report = {
+    report: dict[str, Any] = {"generator": params["generator"]}
+    if params["generator"] == "llm":
+        settings = params["llm"]
+        writer = LlmQuestionWriter(
+            question_llm,
+            LlmSettings(
+                model=settings["model"],
+                max_tokens=settings["max_tokens"],
+                temperature=settings["temperature"],
+                max_attempts=settings["max_attempts"],
+                backoff_s=settings["backoff_s"],
+            ),
+            ResponseCache(settings["cache_dir"]),
+            settings["prompt"],
+        )
+        questions, rejected = llm_questions(
+            questions, entailed_facts, rules_for_qa, writer
+        )
+        report |= {"llm_requests_sent": writer.requests_sent, "rejected": rejected}
+    report |= {
         "questions": len(questions),
         "wording": questions["wording"].value_counts().to_dict(),
         "relations_without_template": dict(verbaliser.wording_used),

@@ -30,6 +30,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs=[
                     "entailed_facts",
                     "edit_requests",
+                    "rules_for_qa",
+                    "question_llm",
                     "params:relations",
                     "params:qa_generation",
                 ],
