@@ -129,6 +129,8 @@ def edit_row(case_id, subject, relation_id, old, new) -> dict:
         "case_id": case_id,
         "subject": subject.replace("_", " "),
         "relation_id": relation_id,
+        "target_true": old.replace("_", " "),
+        "target_new": new.replace("_", " "),
         "subject_uri": R + subject if subject != "Atlantis" else None,
         "target_true_uri": R + old,
         "target_new_uri": R + new,
@@ -178,3 +180,50 @@ def test_relation_without_template_gets_fallback_wording_and_is_counted():
     )
     assert verbaliser.wording_used == {"fallback:spouse": 1}
     assert split_camel_case("leaderName") == "leader name"
+
+
+def test_literal_targets_and_a_kg_that_already_holds_the_new_value():
+    """MQuAKE-T's case: DBpedia states the post-update mayor, as a plain name."""
+    triples = pd.DataFrame(
+        [
+            {
+                "s": R + "New_York_City",
+                "p": DBO + p,
+                "o": "Eric Adams",
+                "o_is_literal": True,
+                "o_lang": None,
+                "s_label": "New York City",
+                "p_local": p,
+                "o_label": "Eric Adams",
+            }
+            for p in ("leaderName", "mayor")
+        ]
+    )
+    edits = pd.DataFrame(
+        [
+            {
+                "case_id": "t1",
+                "subject": "New York City",
+                "relation_id": "P6",
+                "target_true": "Bill de Blasio",
+                "target_new": "Eric Adams",
+                "subject_uri": R + "New_York_City",
+                "target_true_uri": None,
+                "target_new_uri": None,
+            }
+        ]
+    )
+    rule = ("R9", [["?a", "leaderName", "?b"]], ["?a", "mayor", "?b"])
+    facts, _ = derive_entailed_facts(
+        edits,
+        rules(rule),
+        triples,
+        {"P6": {"dbpedia": [f"{DBO}leaderName"]}},
+        max_per_rule=5,
+    )
+    (fact,) = facts.to_dict("records")
+    assert (fact["relation"], fact["answer_old"], fact["answer_new"]) == (
+        "mayor",
+        "Bill de Blasio",
+        "Eric Adams",
+    )

@@ -83,6 +83,11 @@ def local_name(iri: str) -> str:
     return re.split(r"[/#]", iri)[-1]
 
 
+def amie_term(value: str, is_literal: bool) -> str:
+    """How AMIE input names an object: a local name, or a literal with ``_`` for spaces."""
+    return _WHITESPACE.sub("_", value.strip()) if is_literal else local_name(value)
+
+
 def to_amie_frame(
     triples: pd.DataFrame, include_literals: bool = False
 ) -> pd.DataFrame:
@@ -94,7 +99,7 @@ def to_amie_frame(
     """
     rows = triples if include_literals else triples[~triples["o_is_literal"]]
     objects = [
-        _WHITESPACE.sub("_", o.strip()) if is_literal else local_name(o)
+        amie_term(o, is_literal)
         for o, is_literal in zip(rows["o"], rows["o_is_literal"], strict=True)
     ]
     amie = pd.DataFrame(

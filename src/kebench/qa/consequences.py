@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kebench.kg.amie_export import local_name
+from kebench.kg.amie_export import amie_term, local_name
 
 Atom = tuple[str, str, str]
 
@@ -32,10 +32,13 @@ class Entity:
 
 
 class KgIndex:
-    """Subject and object indexes of the KG's entity triples, by relation local name."""
+    """Subject and object indexes of the KG's triples, by relation local name.
+
+    Objects are named as in AMIE's input (``amie_term``), so literal objects take part
+    when the rules were mined with literals (e.g. ``leaderName  Eric_Adams``).
+    """
 
     def __init__(self, kg_triples: pd.DataFrame) -> None:
-        entities = kg_triples[~kg_triples["o_is_literal"]]
         self.forward: dict[str, dict[str, set[str]]] = defaultdict(
             lambda: defaultdict(set)
         )
@@ -43,15 +46,16 @@ class KgIndex:
             lambda: defaultdict(set)
         )
         self.entities: dict[str, Entity] = {}
-        for s, p, o, s_label, o_label in zip(
-            entities["s"],
-            entities["p_local"],
-            entities["o"],
-            entities["s_label"],
-            entities["o_label"],
+        for s, p, o, is_literal, s_label, o_label in zip(
+            kg_triples["s"],
+            kg_triples["p_local"],
+            kg_triples["o"],
+            kg_triples["o_is_literal"],
+            kg_triples["s_label"],
+            kg_triples["o_label"],
             strict=True,
         ):
-            s_local, o_local = local_name(s), local_name(o)
+            s_local, o_local = local_name(s), amie_term(o, is_literal)
             self.forward[p][s_local].add(o_local)
             self.backward[p][o_local].add(s_local)
             self.entities.setdefault(s_local, Entity(s_local, s, s_label))
@@ -82,31 +86,37 @@ class EditedFact:
 
 @dataclass
 class EditedKg:
-    """The KG seen with one fact replaced: (s, r, old) removed, (s, r, new) added."""
+    """The KG in one world of an edit: (s, r) has exactly the edit's value there.
+
+    In the new world (s, r, old) is removed and (s, r, new) added; in the old world the
+    reverse. Both are needed because a KG may already hold either fact (DBpedia holds
+    the post-update value of MQuAKE-T's temporal edits).
+    """
 
     kg: KgIndex
     edit: EditedFact | None = None
     use_new: bool = True
 
-    def _swap(self, subject: str, relation: str, objects: set[str]) -> set[str]:
+    @property
+    def _value(self) -> str:
+        assert self.edit is not None
+        return self.edit.new if self.use_new else self.edit.old
+
+    def objects(self, subject: str, relation: str) -> set[str]:
+        objects = self.kg.objects(subject, relation)
         if self.edit is None or (subject, relation) != (
             self.edit.subject,
             self.edit.relation,
         ):
             return objects
-        return (
-            (objects - {self.edit.old}) | {self.edit.new} if self.use_new else objects
-        )
-
-    def objects(self, subject: str, relation: str) -> set[str]:
-        return self._swap(subject, relation, self.kg.objects(subject, relation))
+        return (objects - {self.edit.old, self.edit.new}) | {self._value}
 
     def subjects(self, obj: str, relation: str) -> set[str]:
         found = set(self.kg.subjects(obj, relation))
-        if self.edit is not None and self.use_new and relation == self.edit.relation:
-            if obj == self.edit.old:
+        if self.edit is not None and relation == self.edit.relation:
+            if obj in (self.edit.old, self.edit.new):
                 found.discard(self.edit.subject)
-            if obj == self.edit.new:
+            if obj == self._value:
                 found.add(self.edit.subject)
         return found
 
@@ -251,9 +261,9 @@ def entailed_facts(
     """The consequences of ``edit`` whose answer differs between the old and new worlds.
 
     A consequence about an entity reached from the edited subject is asked through that
-    chain ("the country of citizenship of the spouse of X"); its old answer is the KG's
-    fact when there is one, else the same rule applied to the old object on the
-    unedited KG (same rule, same unified atom, same consequence subject). A consequence
+    chain ("the country of citizenship of the spouse of X"); its old answer is the same
+    rule applied in the old world (same rule, same unified atom, same consequence
+    subject), preferring a value the KG also states, else the KG's fact. A consequence
     about the new object itself (e.g. citizenship(new head of state, country)) is asked
     about that entity by name, and its old answer is the KG's fact.
     """
@@ -263,7 +273,8 @@ def entailed_facts(
         atoms, head = rules_by_id[new.rule_id]
         matched_s, matched_relation, matched_o = atoms[new.matched_atom]
         subject, relation, answer = new.head
-        olds = set(finder.kg.objects(subject, relation))
+        in_kg = set(finder.kg.objects(subject, relation))
+        olds = in_kg
         if head[0] == matched_o:
             chain = [(matched_relation, "named", subject)]
         else:
@@ -274,12 +285,12 @@ def entailed_facts(
             chain = [
                 (rel, direction, new.bindings[var]) for rel, direction, var in steps
             ]
-            olds = olds or {
+            olds = {
                 old.head[2]
                 for old in old_derivations
                 if (old.rule_id, old.matched_atom, old.head[0])
                 == (new.rule_id, new.matched_atom, subject)
-            }
+            } or in_kg
         if not olds:
             finder.skipped["no old answer"] += 1
         elif answer in olds:
@@ -292,7 +303,7 @@ def entailed_facts(
                     bindings=new.bindings,
                     subject=subject,
                     relation=relation,
-                    answer_old=sorted(olds)[0],
+                    answer_old=sorted(olds & in_kg or olds)[0],
                     answer_new=answer,
                     chain=chain,
                     path=new.path,

@@ -10,10 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.kg.amie_export import local_name
+from kebench.kg.amie_export import amie_term, local_name
 from kebench.qa.consequences import (
     ConsequenceFinder,
     EditedFact,
+    Entity,
     KgIndex,
     entailed_facts,
 )
@@ -33,26 +34,37 @@ def edit_relations(
     ]
 
 
+def target_local(uri: object, label: str) -> str:
+    """A target as rules name it: its entity's local name, else its text as a literal."""
+    return (
+        local_name(uri) if isinstance(uri, str) else amie_term(label, is_literal=True)
+    )
+
+
 def edited_facts(
     edit: Mapping[str, Any], kg: KgIndex, relations: Mapping[str, Mapping[str, Any]]
 ) -> tuple[list[EditedFact], str | None]:
-    """The edit as KG facts, or the reason it cannot be one."""
+    """The edit as KG facts, or the reason it cannot be one.
+
+    A target that was not linked to an entity is matched as a literal (DBpedia often
+    states heads of government as plain names). Among the KG predicates of the
+    relation, those that state the old or the new value for the subject are used.
+    """
     if not isinstance(edit["subject_uri"], str):
         return [], "subject not linked to the KG"
-    if not isinstance(edit["target_new_uri"], str) or not isinstance(
-        edit["target_true_uri"], str
-    ):
-        return [], "old or new target not linked to the KG"
     subject = local_name(edit["subject_uri"])
-    old, new = local_name(edit["target_true_uri"]), local_name(edit["target_new_uri"])
     if subject not in kg.entities:
         return [], "subject not in the KG"
+    old = target_local(edit["target_true_uri"], edit["target_true"])
+    new = target_local(edit["target_new_uri"], edit["target_new"])
     candidates = [
         r for r in edit_relations(edit["relation_id"], relations) if r in kg.relations()
     ]
     if not candidates:
         return [], "relation has no KG predicate"
-    stated = [r for r in candidates if kg.has(subject, r, old)] or candidates
+    stated = [
+        r for r in candidates if kg.objects(subject, r) & {old, new}
+    ] or candidates
     return [EditedFact(subject, relation, old, new) for relation in stated], None
 
 
@@ -72,12 +84,21 @@ def derive_entailed_facts(
             rules["rule_id"], rules["body"], rules["head"], strict=True
         )
     }
-    label = lambda local: kg.entities[local].label  # noqa: E731
     rows, edits_skipped = [], Counter()
     for edit in edit_requests.to_dict("records"):
         facts, reason = edited_facts(edit, kg, relations)
         if reason:
             edits_skipped[reason] += 1
+        # The targets may be absent from the KG; name them as the edit does.
+        targets = {
+            target_local(edit[f"{field}_uri"], edit[field]): Entity(
+                "",
+                uri if isinstance(uri := edit[f"{field}_uri"], str) else edit[field],
+                edit[field],
+            )
+            for field in ("target_true", "target_new")
+        }
+        entity = lambda local: kg.entities.get(local) or targets[local]  # noqa: E731
         consequences = [
             f for edited in facts for f in entailed_facts(finder, edited, rules_by_id)
         ]
@@ -88,22 +109,25 @@ def derive_entailed_facts(
                     "case_id": edit["case_id"],
                     "rule_id": fact.rule_id,
                     "bindings": json.dumps(fact.bindings, sort_keys=True),
-                    "subject_uri": kg.entities[fact.subject].iri,
-                    "subject_label": label(fact.subject),
+                    "subject_uri": entity(fact.subject).iri,
+                    "subject_label": entity(fact.subject).label,
                     "relation": fact.relation,
-                    "answer_old": label(fact.answer_old),
-                    "answer_old_uri": kg.entities[fact.answer_old].iri,
-                    "answer_new": label(fact.answer_new),
-                    "answer_new_uri": kg.entities[fact.answer_new].iri,
+                    "answer_old": entity(fact.answer_old).label,
+                    "answer_old_uri": entity(fact.answer_old).iri,
+                    "answer_new": entity(fact.answer_new).label,
+                    "answer_new_uri": entity(fact.answer_new).iri,
                     "chain": json.dumps(
                         [
-                            [relation, direction, label(entity)]
-                            for relation, direction, entity in fact.chain
+                            [rel, direction, entity(e).label]
+                            for rel, direction, e in fact.chain
                         ],
                         ensure_ascii=False,
                     ),
                     "path": json.dumps(
-                        [[label(s), r, label(o)] for s, r, o in fact.path],
+                        [
+                            [entity(s).label, r, entity(o).label]
+                            for s, r, o in fact.path
+                        ],
                         ensure_ascii=False,
                     ),
                     # A backward step names its entity, so only forward steps add a hop.
