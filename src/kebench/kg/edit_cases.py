@@ -270,7 +270,13 @@ def multihop_questions(raw: RawEditCases) -> pd.DataFrame:
         case_id = f"{raw.source}-{record.get('case_id', index)}"
         hops = max(len(record.get("single_hops") or []), 2)
         rows.extend(
-            {"case_id": case_id, "question": question, "answer_old": old, "answer_new": new, "hops": hops}
+            {
+                "case_id": case_id,
+                "question": question,
+                "answer_old": old,
+                "answer_new": new,
+                "hops": hops,
+            }
             for question in record.get("questions") or []
             if _text(question)
         )
