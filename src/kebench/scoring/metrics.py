@@ -1,0 +1,177 @@
+"""The paper's metrics and their companions, each tagged with its protocol (design §5).
+
+Inputs are ``probe_scores`` rows: one per (model, method, case, probe) with teacher-
+forced log-probs of the old and new answers under the base model (``lp_base_*``) and
+the edited model (``lp_edit_*``), summed over answer tokens, and whether the model's
+argmax reproduces each answer token.
+
+Protocols, never mixed in one number:
+    prob: probability comparisons (EditSucc, Consistency, CounterFact efficacy).
+    token: teacher-forced token accuracy (EasyEdit's "rewrite acc").
+    argmax: agreement of the argmax before and after the edit (locality).
+    gen: exact match / F1 of greedy generations (SQuAD normalisation).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+GROUP = ["model", "method", "risk", "probe_type"]
+
+
+def probe_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per-probe 0/1 outcomes of every probability and token metric.
+
+    ``edit_succ`` is the paper's indicator 1[P_L*(o'|q) > P_L(o|q)] (eq. 1 on direct
+    probes; eq. 2's summand on entailed ones); ``efficacy`` is CounterFact's
+    1[P_L*(o'|q) > P_L*(o|q)]; ``token_acc`` is the share of new-answer tokens the
+    edited model's argmax reproduces; ``argmax_agree`` says whether the edited model
+    still predicts every old-answer token as the base model did.
+    """
+    outcomes = scores.copy()
+    has_old = outcomes["lp_base_old"].notna()
+    outcomes["edit_succ"] = (outcomes["lp_edit_new"] > outcomes["lp_base_old"]).where(
+        has_old
+    )
+    outcomes["efficacy"] = (outcomes["lp_edit_new"] > outcomes["lp_edit_old"]).where(
+        has_old
+    )
+    outcomes["token_acc"] = outcomes["edit_new_token_hits"] / outcomes["n_tokens_new"]
+    outcomes["argmax_agree"] = (
+        outcomes["edit_old_argmax"] == outcomes["base_old_argmax"]
+    ).where(has_old)
+    return outcomes
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean (NaN for no values)."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(n_boot, data.size))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+
+
+def _metric_rows(
+    frame: pd.DataFrame, column: str, metric: str, protocol: str, seed: int
+) -> list[dict]:
+    """One row per (model, method, risk, probe_type) group of ``column``'s mean."""
+    rows = []
+    for group, part in frame.dropna(subset=[column]).groupby(GROUP, sort=True):
+        values = part[column].astype(float).to_numpy()
+        low, high = bootstrap_ci(values, seed=seed)
+        rows.append(
+            dict(zip(GROUP, group, strict=True))
+            | {
+                "metric": metric,
+                "protocol": protocol,
+                "value": float(values.mean()),
+                "ci_low": low,
+                "ci_high": high,
+                "n": int(values.size),
+            }
+        )
+    return rows
+
+
+def per_edit_consistency(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """Consistency (eq. 2) of each edit: the mean indicator over its entailed probes,
+    next to the edit's EditSucc (eq. 1, its direct probes)."""
+    keys = ["model", "method", "risk", "case_id"]
+    direct = (
+        outcomes[outcomes["probe_type"] == "direct"].groupby(keys)["edit_succ"].mean()
+    )
+    entailed = outcomes[outcomes["probe_type"] == "entailed"].groupby(keys)["edit_succ"]
+    table = pd.DataFrame(
+        {
+            "edit_succ": direct,
+            "consistency": entailed.mean(),
+            "n_entailed": entailed.size(),
+        }
+    )
+    return table.dropna(subset=["edit_succ"]).reset_index()
+
+
+def gap_rows(outcomes: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> list[dict]:
+    """EditSucc − Consistency per (model, method, risk), paired over the edits that have
+    entailed probes, with a bootstrap CI over edits and the number of probes."""
+    per_edit = per_edit_consistency(outcomes).dropna(subset=["consistency"])
+    rows = []
+    for (model, method, risk), part in per_edit.groupby(["model", "method", "risk"]):
+        gaps = (part["edit_succ"] - part["consistency"]).to_numpy(dtype=float)
+        low, high = bootstrap_ci(gaps, n_boot=n_boot, seed=seed)
+        rows.append(
+            {
+                "model": model,
+                "method": method,
+                "risk": risk,
+                "probe_type": "direct-entailed",
+                "metric": "gap",
+                "protocol": "prob",
+                "value": float(gaps.mean()),
+                "ci_low": low,
+                "ci_high": high,
+                "n": int(part["n_entailed"].sum()),
+                "n_edits": len(part),
+            }
+        )
+    return rows
+
+
+def metrics_table(outcomes: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Every metric per (model, method, risk, probe_type), with its protocol, CI and n."""
+    rows = []
+    by_type = {
+        "edit_succ": ("edit_succ", "prob"),
+        "efficacy": ("counterfact_efficacy", "prob"),
+        "token_acc": ("token_accuracy", "token"),
+    }
+    scored = outcomes[outcomes["probe_type"] != "locality"]
+    for column, (metric, protocol) in by_type.items():
+        rows += _metric_rows(scored, column, metric, protocol, seed)
+    locality = outcomes[outcomes["probe_type"] == "locality"]
+    rows += _metric_rows(locality, "argmax_agree", "locality", "argmax", seed)
+    per_edit = per_edit_consistency(outcomes).assign(probe_type="entailed")
+    rows += _metric_rows(per_edit, "consistency", "consistency", "prob", seed)
+    if "gen_em" in outcomes:
+        rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
+        rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
+    rows += gap_rows(outcomes, seed)
+    return pd.DataFrame(rows)
+
+
+# SQuAD's answer normalisation and token F1, as the paper's repository scores
+# generations; written out because it is a few lines and the metric must not drift.
+def squad_normalise(text: str) -> str:
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, answer: str) -> float:
+    return float(squad_normalise(prediction) == squad_normalise(answer))
+
+
+def token_f1(prediction: str, answer: str) -> float:
+    predicted, gold = (
+        squad_normalise(prediction).split(),
+        squad_normalise(answer).split(),
+    )
+    common = sum((Counter(predicted) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
