@@ -1,0 +1,1 @@
+"""Scoring helpers shared by editing, evaluation and stealthiness (design §5)."""
