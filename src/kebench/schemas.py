@@ -184,3 +184,91 @@ PROBES = pa.DataFrameSchema(
     coerce=True,
     name="probes",
 )
+
+EDIT_MODES = ("single", "batch", "sequential")
+EDIT_STATUSES = ("ok", "failed")
+
+EDIT_DELTAS = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),
+        "mode": pa.Column(str, pa.Check.isin(EDIT_MODES)),
+        "case_id": pa.Column(str),
+        "order": pa.Column(int, pa.Check.ge(0)),
+        "status": pa.Column(str, pa.Check.isin(EDIT_STATUSES)),
+        "reason": pa.Column(str, nullable=True),
+        # Relative to the delta store's folder; batch-mode rows share one file.
+        "delta_file": pa.Column(str, nullable=True),
+        "param_names": pa.Column(object),
+        "shapes": pa.Column(object),
+        "norms": pa.Column(object),
+        "tensor_bytes": pa.Column(int, pa.Check.ge(0)),
+        "wall_s": pa.Column(float, pa.Check.ge(0)),
+        "fingerprint": pa.Column(str),
+    },
+    checks=[
+        pa.Check(
+            lambda df: (df["status"] == "ok") == df["delta_file"].notna(),
+            error="an edit has a delta file exactly when it succeeded",
+        ),
+        pa.Check(
+            lambda df: (df["status"] == "ok") == df["reason"].isna(),
+            error="an edit has a failure reason exactly when it failed",
+        ),
+    ],
+    unique=["model", "method", "mode", "case_id"],
+    strict=True,
+    coerce=True,
+    name="edit_deltas",
+)
+
+PROBE_SCORES = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),  # "unedited": the base model, the floor
+        "case_id": pa.Column(str),
+        "probe_id": pa.Column(str),
+        "probe_type": pa.Column(str, pa.Check.isin(PROBE_TYPES)),
+        "risk": pa.Column(str, pa.Check.isin(RISKS)),
+        "source": pa.Column(str),
+        # log P(answer | prompt), summed over the answer's tokens, base and edited.
+        "lp_base_old": pa.Column(float, nullable=True),
+        "lp_base_new": pa.Column(float),
+        "lp_edit_old": pa.Column(float, nullable=True),
+        "lp_edit_new": pa.Column(float),
+        "n_tokens_old": pa.Column(int, pa.Check.ge(0)),
+        "n_tokens_new": pa.Column(int, pa.Check.ge(1)),
+        # argmax token ids over the old answer (space-separated), and how many tokens
+        # of the new answer the argmax reproduces (teacher-forced).
+        "base_old_argmax": pa.Column(str, nullable=True),
+        "edit_old_argmax": pa.Column(str, nullable=True),
+        "base_new_token_hits": pa.Column(int, pa.Check.ge(0)),
+        "edit_new_token_hits": pa.Column(int, pa.Check.ge(0)),
+        # greedy generation vs the new answer, for the configured probe types only
+        "gen_em": pa.Column(float, nullable=True),
+        "gen_f1": pa.Column(float, nullable=True),
+    },
+    unique=["model", "method", "probe_id"],
+    strict=True,
+    coerce=True,
+    name="probe_scores",
+)
+
+METRICS = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),
+        "risk": pa.Column(str),
+        "probe_type": pa.Column(str),
+        "metric": pa.Column(str),
+        "protocol": pa.Column(str, pa.Check.isin(["prob", "token", "argmax", "gen"])),
+        "value": pa.Column(float),
+        "ci_low": pa.Column(float, nullable=True),
+        "ci_high": pa.Column(float, nullable=True),
+        "n": pa.Column(int, pa.Check.ge(1)),
+        "n_edits": pa.Column(float, nullable=True),
+    },
+    strict=True,
+    coerce=True,
+    name="metrics",
+)

@@ -1,0 +1,197 @@
+"""Weight deltas in their smallest exact form, stored as safetensors, applied and reverted.
+
+A delta maps parameter names to changes of one of three kinds:
+    low_rank: ``W += left @ right.T`` (ROME: rank one, ``left`` and ``right`` are u, v;
+        MEMIT: rank = number of edits per layer);
+    index: ``W.index_add_(dim, index, values)`` (KN: a few neurons' slices);
+    dense: ``W += values`` (FT: the whole matrix).
+An edit that changes no weights (IKE) has no parameters but a text ``prefix``.
+
+Applying a delta backs up only the slices it touches, in memory; reverting copies them
+back, so the base weights come back bit for bit. Files are never pickles.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from kebench.datasets.atomic import atomic_path
+
+KINDS = {
+    "low_rank": ("left", "right"),
+    "index": ("index", "values"),
+    "dense": ("values",),
+}
+FORMAT = "kebench-delta/1"
+
+
+@dataclass
+class ParamDelta:
+    """The change of one parameter; ``dim`` is the indexed dimension of an ``index`` change."""
+
+    kind: str
+    tensors: dict[str, torch.Tensor]
+    dim: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"unknown delta kind {self.kind!r}; known: {sorted(KINDS)}"
+            )
+        if set(self.tensors) != set(KINDS[self.kind]):
+            raise ValueError(
+                f"a {self.kind} delta needs tensors {KINDS[self.kind]}, got {sorted(self.tensors)}"
+            )
+
+    def full(self, like: torch.Tensor) -> torch.Tensor:
+        """The change as a tensor of the parameter's shape and dtype."""
+        if self.kind == "low_rank":
+            change = self.tensors["left"] @ self.tensors["right"].T
+        elif self.kind == "dense":
+            change = self.tensors["values"]
+        else:
+            change = torch.zeros(like.shape, dtype=self.tensors["values"].dtype)
+            change = change.to(like.device).index_add_(
+                self.dim, self.tensors["index"].to(like.device), self.tensors["values"]
+            )
+        return change.to(device=like.device, dtype=like.dtype)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+@dataclass
+class Delta:
+    """One edit's (or one batch's) change to a model.
+
+    Attributes:
+        params: parameter name -> its change.
+        prefix: text put before every prompt (in-context editing); empty otherwise.
+        meta: free-form strings stored in the file header (method, case ids...).
+    """
+
+    params: dict[str, ParamDelta] = field(default_factory=dict)
+    prefix: str = ""
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        return sum(p.nbytes() for p in self.params.values())
+
+    def describe(self, model: torch.nn.Module) -> dict[str, list]:
+        """Parameter names, shapes and the Frobenius norm of each full change."""
+        names = sorted(self.params)
+        shapes, norms = [], []
+        for name in names:
+            param = model.get_parameter(name)
+            shapes.append(list(param.shape))
+            norms.append(float(self.params[name].full(param).double().norm()))
+        return {"param_names": names, "shapes": shapes, "norms": norms}
+
+    def is_finite(self) -> bool:
+        return all(
+            torch.isfinite(t).all()
+            for p in self.params.values()
+            for key, t in p.tensors.items()
+            if key != "index"
+        )
+
+
+def save_delta(delta: Delta, path: str | Path) -> None:
+    """Write ``delta`` to a safetensors file, atomically."""
+    tensors = {
+        f"{name}/{key}": tensor.detach().to("cpu").contiguous()
+        for name, change in delta.params.items()
+        for key, tensor in change.tensors.items()
+    }
+    header = {
+        "format": FORMAT,
+        "params": json.dumps(
+            {name: {"kind": c.kind, "dim": c.dim} for name, c in delta.params.items()}
+        ),
+        "prefix": delta.prefix,
+        "meta": json.dumps(delta.meta, sort_keys=True),
+    }
+    with atomic_path(path) as tmp:
+        save_file(tensors, tmp, metadata=header)
+
+
+def load_delta(path: str | Path) -> Delta:
+    """Read a delta written by ``save_delta``."""
+    with safe_open(str(path), framework="pt") as handle:
+        header = handle.metadata() or {}
+        if header.get("format") != FORMAT:
+            raise ValueError(
+                f"{path} is not a kebench delta (format {header.get('format')!r})"
+            )
+        specs = json.loads(header["params"])
+        params = {
+            name: ParamDelta(
+                kind=spec["kind"],
+                tensors={
+                    key: handle.get_tensor(f"{name}/{key}")
+                    for key in KINDS[spec["kind"]]
+                },
+                dim=spec["dim"],
+            )
+            for name, spec in specs.items()
+        }
+    return Delta(
+        params=params, prefix=header["prefix"], meta=json.loads(header["meta"])
+    )
+
+
+@dataclass
+class Applied:
+    """What ``apply_delta`` overwrote: the original values of the touched slices."""
+
+    backups: list[tuple[str, ParamDelta, torch.Tensor]]
+
+
+@torch.no_grad()
+def apply_delta(model: torch.nn.Module, delta: Delta) -> Applied:
+    """Add ``delta`` to the model's weights in place; keep what is needed to revert."""
+    backups = []
+    for name, change in delta.params.items():
+        param = model.get_parameter(name)
+        if change.kind == "index":
+            index = change.tensors["index"].to(param.device)
+            backups.append(
+                (name, change, param.index_select(change.dim, index).clone())
+            )
+            values = change.tensors["values"].to(device=param.device, dtype=param.dtype)
+            param.index_add_(change.dim, index, values)
+        else:
+            backups.append((name, change, param.detach().clone()))
+            param.add_(change.full(param))
+    return Applied(backups)
+
+
+@torch.no_grad()
+def revert_delta(model: torch.nn.Module, applied: Applied) -> None:
+    """Restore the values ``apply_delta`` overwrote, bit for bit, in reverse order."""
+    for name, change, original in reversed(applied.backups):
+        param = model.get_parameter(name)
+        if change.kind == "index":
+            param.index_copy_(
+                change.dim, change.tensors["index"].to(param.device), original
+            )
+        else:
+            param.copy_(original)
+
+
+@contextmanager
+def delta_applied(model: torch.nn.Module, delta: Delta) -> Iterator[None]:
+    """The model with ``delta`` applied inside the block, restored exactly after it."""
+    applied = apply_delta(model, delta)
+    try:
+        yield
+    finally:
+        revert_delta(model, applied)

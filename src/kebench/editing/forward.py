@@ -1,0 +1,233 @@
+"""Forward passes that editing methods share: module lookup, hooks, cached frozen layers.
+
+Module paths come from the hparams templates (``model.layers.{}.mlp.down_proj`` for
+Llama-style models, ``transformer.h.{}.mlp.c_proj`` for GPT-2-style ones), so nothing
+here names an architecture. GPT-2's ``Conv1D`` stores its weight as (in, out), the
+transpose of ``nn.Linear``; ``outer_change`` builds rank-one changes in either layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from kebench.editing.delta import ParamDelta
+from kebench.scoring.logprobs import pad_batch
+
+
+def get_module(model: nn.Module, path: str) -> nn.Module:
+    """The submodule at ``path``, or an error naming the path and the model class."""
+    try:
+        return model.get_submodule(path)
+    except AttributeError as err:
+        raise ValueError(
+            f"{type(model).__name__} has no module {path!r}; check the hparams' "
+            "*_module_tmp templates for this architecture"
+        ) from err
+
+
+def weight_is_transposed(module: nn.Module) -> bool:
+    """True for GPT-2's Conv1D, whose weight is (in_features, out_features)."""
+    return type(module).__name__ == "Conv1D"
+
+
+def outer_change(
+    module: nn.Module, out_vecs: torch.Tensor, in_vecs: torch.Tensor
+) -> ParamDelta:
+    """The low-rank change ``out_vecs @ in_vecs.T`` of the module's (out, in) map.
+
+    ``out_vecs`` is (d_out, r) and ``in_vecs`` (d_in, r); the factors are stored in the
+    weight's own layout, so ``W += left @ right.T`` holds for Linear and Conv1D alike.
+    """
+    out_vecs = out_vecs.reshape(out_vecs.shape[0], -1).detach().float()
+    in_vecs = in_vecs.reshape(in_vecs.shape[0], -1).detach().float()
+    if weight_is_transposed(module):
+        return ParamDelta("low_rank", {"left": in_vecs, "right": out_vecs})
+    return ParamDelta("low_rank", {"left": out_vecs, "right": in_vecs})
+
+
+@dataclass
+class Batch:
+    """A right-padded batch on the model's device."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    positions: torch.Tensor
+
+    @classmethod
+    def of(
+        cls, sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device
+    ) -> Batch:
+        ids, mask, positions, _offsets = pad_batch(sequences, pad_id, "right")
+        return cls(ids.to(device), mask.to(device), positions.to(device))
+
+
+class StopForward(Exception):  # noqa: N818 - control flow, not an error
+    """Raised by a hook once everything needed from a forward pass is captured."""
+
+
+def run_until(model: nn.Module, batch: Batch) -> None:
+    """Run the model on ``batch``; a hook may stop it early with ``StopForward``."""
+    try:
+        model(
+            input_ids=batch.ids,
+            attention_mask=batch.mask,
+            position_ids=batch.positions,
+            use_cache=False,
+        )
+    except StopForward:
+        pass
+
+
+def first_tensor(output: object) -> torch.Tensor:
+    """A module's output tensor (decoder layers may return tuples)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+@torch.no_grad()
+def capture(  # noqa: PLR0913 - where and what to capture
+    model: nn.Module,
+    batch: Batch,
+    paths: Sequence[str],
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    *,
+    outputs: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Inputs (or outputs) of the modules at ``paths`` at positions (rows, cols).
+
+    The forward pass stops once the last of them has run.
+    """
+    captured: dict[str, torch.Tensor] = {}
+    handles = []
+
+    def hook_for(path: str) -> Callable:
+        def hook(_module: nn.Module, args: tuple, output: object) -> None:
+            value = first_tensor(output) if outputs else args[0]
+            captured[path] = value[rows, cols].detach()
+            if len(captured) == len(paths):
+                raise StopForward
+
+        return hook
+
+    for path in paths:
+        handles.append(get_module(model, path).register_forward_hook(hook_for(path)))
+    try:
+        run_until(model, batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+class _Passthrough(nn.Module):
+    """Stands in for a frozen layer below the cached one: returns its input."""
+
+    def __init__(self, as_tuple: bool) -> None:
+        super().__init__()
+        self.as_tuple = as_tuple
+
+    def forward(
+        self, hidden_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> object:
+        return (hidden_states,) if self.as_tuple else hidden_states
+
+
+class _Replay(nn.Module):
+    """Stands in for the last frozen layer: returns its cached output, plus an edit."""
+
+    def __init__(
+        self, cached: torch.Tensor, as_tuple: bool, edit: Callable | None
+    ) -> None:
+        super().__init__()
+        self.cached = cached
+        self.as_tuple = as_tuple
+        self.edit = edit
+
+    def forward(
+        self, hidden_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> object:
+        out = self.cached if self.edit is None else self.edit(self.cached)
+        return (out,) if self.as_tuple else out
+
+
+@contextmanager
+def frozen_below(
+    model: nn.Module,
+    layer_tmp: str,
+    last_frozen: int,
+    batch: Batch,
+    edit: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> Iterator[None]:
+    """Compute layers 0..``last_frozen`` on ``batch`` once; inside the block they replay.
+
+    Later forward passes on the same batch skip those layers: their output comes from
+    the cache, passed through ``edit`` (e.g. adding a vector at the subject's token).
+    Only for layers whose weights do not change inside the block.
+    """
+    if last_frozen < 0:
+        yield
+        return
+    stored: dict[str, object] = {}
+
+    def keep(_module: nn.Module, _args: tuple, output: object) -> None:
+        stored["output"] = output
+        raise StopForward
+
+    top = get_module(model, layer_tmp.format(last_frozen))
+    handle = top.register_forward_hook(keep)
+    try:
+        with torch.no_grad():
+            run_until(model, batch)
+    finally:
+        handle.remove()
+    as_tuple = isinstance(stored["output"], tuple)
+    cached = first_tensor(stored["output"]).detach()
+    originals = []
+    for index in range(last_frozen + 1):
+        parent_path, _, child = layer_tmp.format(index).rpartition(".")
+        parent = get_module(model, parent_path)
+        originals.append((parent, child, getattr(parent, child)))
+        stub = (
+            _Replay(cached, as_tuple, edit)
+            if index == last_frozen
+            else _Passthrough(as_tuple)
+        )
+        setattr(parent, child, stub)
+    try:
+        yield
+    finally:
+        for parent, child, module in originals:
+            setattr(parent, child, module)
+
+
+def logits_at(
+    model: nn.Module, batch: Batch, rows: torch.Tensor, cols: torch.Tensor
+) -> torch.Tensor:
+    """Logits at positions (rows, cols) only: the output head skips every other position."""
+    hidden = model.base_model(
+        input_ids=batch.ids,
+        attention_mask=batch.mask,
+        position_ids=batch.positions,
+        use_cache=False,
+    ).last_hidden_state
+    return model.get_output_embeddings()(hidden[rows, cols]).float()
+
+
+def add_at(
+    rows: torch.Tensor, cols: torch.Tensor, vector: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """An edit of hidden states (B, T, d) that adds ``vector`` at positions (rows, cols)."""
+
+    def edit(hidden: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(
+            hidden.shape[:2] + (1,), dtype=hidden.dtype, device=hidden.device
+        )
+        mask[rows, cols] = 1
+        return hidden + mask * vector.to(hidden.dtype)
+
+    return edit

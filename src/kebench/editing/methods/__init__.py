@@ -1,0 +1,1 @@
+"""Built-in editing methods; every module here registers one or more methods."""

@@ -1,0 +1,111 @@
+"""MEMIT: many edits at once, spread over several MLP layers (Meng et al., 2023).
+
+For every edit, a target hidden state z at the last edited layer's output (subject's
+last token) is optimised as in ROME. Then, layer by layer from the lowest, the
+remaining gap R between z and the current hidden state is divided among the layers
+still to edit, and the layer takes the least-squares update that maps its keys K to
+that share while preserving the keys of ordinary text (second moment C):
+
+    ΔW = R Kᵀ (λ C + K Kᵀ)⁻¹,  λ = mom2_update_weight.
+
+ΔW has rank at most the number of edits, so each layer's delta is stored as its two
+factors, R and (λ C + K Kᵀ)⁻¹ K.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kebench.editing.delta import Delta, apply_delta, revert_delta
+from kebench.editing.forward import capture, get_module, outer_change
+from kebench.editing.registry import EditContext, register
+from kebench.editing.requests import EditRequest
+from kebench.editing.rewrite import (
+    RewriteHyperParams,
+    average_keys,
+    context_templates,
+    in_templates,
+    optimise_value,
+)
+from kebench.models.loading import LoadedModel
+
+
+@dataclass
+class MEMITHyperParams(RewriteHyperParams):
+    """MEMIT's hparams: EasyEdit's keys; ``batch_size`` edits share one delta in batch mode."""
+
+    mom2_update_weight: float = 15000.0
+    layer_selection: str = "all"
+    batch_size: int = 1
+
+
+@register("MEMIT", MEMITHyperParams, batchable=True)
+def memit(
+    lm: LoadedModel,
+    requests: list[EditRequest],
+    hparams: MEMITHyperParams,
+    context: EditContext,
+) -> Delta:
+    """One delta that writes every request into ``hparams.layers``."""
+    model = lm.model
+    templates = context_templates(lm, hparams.context_template_length_params, context)
+    last = hparams.layers[-1]
+    z_path = hparams.layer_module_tmp.format(last)
+    bare = in_templates(lm, requests, ["{}"])
+
+    def hidden_at_subject() -> torch.Tensor:
+        return capture(
+            model,
+            bare.batch(lm),
+            [z_path],
+            bare.rows,
+            bare.cols.to(lm.device),
+            outputs=True,
+        )[z_path].float()
+
+    start = hidden_at_subject()
+    targets = torch.stack(
+        [
+            start[i]
+            + optimise_value(
+                lm,
+                request,
+                templates,
+                layer_tmp=hparams.layer_module_tmp,
+                layer=last,
+                init_norm=float(start[i].norm()),
+                settings=hparams.value_settings(),
+            ).delta
+            for i, request in enumerate(requests)
+        ]
+    )
+    paths = [hparams.rewrite_module_tmp.format(layer) for layer in hparams.layers]
+    mom2 = hparams.mom2(lm, paths, context)
+    delta = Delta()
+    applied = []
+    try:
+        for done, path in enumerate(paths):
+            keys = average_keys(lm, requests, templates, [path])[path].T.double()
+            share = (targets - hidden_at_subject()) / (len(paths) - done)
+            preserve = (
+                mom2[path].double()
+                if mom2
+                else torch.eye(keys.shape[0], dtype=torch.double, device=keys.device)
+            )
+            system = hparams.mom2_update_weight * preserve + keys @ keys.T
+            right = torch.linalg.solve(system, keys).float()
+            layer_delta = Delta(
+                {
+                    f"{path}.weight": outer_change(
+                        get_module(model, path), share.T, right
+                    )
+                }
+            )
+            applied.append(apply_delta(model, layer_delta))
+            delta.params.update(layer_delta.params)
+    finally:
+        for done in reversed(applied):
+            revert_delta(model, done)
+    return delta

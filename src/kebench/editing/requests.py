@@ -1,0 +1,52 @@
+"""Edit requests: what one edit asks of a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class EditRequest:
+    """Make ``prompt`` with ``subject`` complete to ``target_new`` instead of ``target_true``.
+
+    ``prompt`` is a cloze with ``{}`` where the subject goes (``{} is a citizen of``).
+    """
+
+    case_id: str
+    prompt: str
+    subject: str
+    target_true: str
+    target_new: str
+
+    def __post_init__(self) -> None:
+        if "{}" not in self.prompt:
+            raise ValueError(
+                f"{self.case_id}: prompt {self.prompt!r} has no {{}} for the subject"
+            )
+
+    @property
+    def text(self) -> str:
+        """The prompt with the subject filled in."""
+        return self.prompt.replace("{}", self.subject, 1)
+
+    @property
+    def subject_span(self) -> tuple[int, int]:
+        """Character span of the subject in ``text``."""
+        start = self.prompt.index("{}")
+        return start, start + len(self.subject)
+
+
+def requests_from_frame(edit_requests: pd.DataFrame) -> list[EditRequest]:
+    """One ``EditRequest`` per row of an ``edit_requests`` table, in table order."""
+    return [
+        EditRequest(
+            case_id=str(row.case_id),
+            prompt=row.prompt,
+            subject=row.subject,
+            target_true=row.target_true,
+            target_new=row.target_new,
+        )
+        for row in edit_requests.itertuples(index=False)
+    ]

@@ -1,0 +1,251 @@
+"""Run editing methods over edit requests: modes, failures, resume, progress.
+
+Modes:
+    single: every edit starts from the base weights (each delta stands alone);
+    batch: ``batch_size`` edits share one delta (batchable methods: MEMIT);
+    sequential: edits accumulate; each delta applies on top of the previous ones.
+
+Each edit has a fingerprint: model, method, mode, hparams, request and seed (and, in
+sequential mode, the previous edit's fingerprint). An edit whose stored row has the
+same fingerprint is skipped, so a killed run resumes where it stopped and produces the
+same deltas as an uninterrupted one. A delta with NaN or inf values, a change larger
+than ``max_relative_norm`` times its weight's norm, or an edited model whose logits are
+not finite, is recorded as failed with the reason, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from kebench.editing.delta import (
+    Applied,
+    Delta,
+    apply_delta,
+    delta_applied,
+    revert_delta,
+)
+from kebench.editing.registry import (
+    EditContext,
+    EditMethod,
+    HyperParams,
+    get_method,
+    hparams_name,
+)
+from kebench.editing.requests import EditRequest
+from kebench.editing.store import MODES, DeltaStore, EditOutcome, file_stem
+from kebench.models.loading import LoadedModel
+from kebench.scoring.logprobs import forward_padded
+
+logger = logging.getLogger(__name__)
+
+# Errors a diverging or degenerate edit raises (torch's numerical errors are
+# RuntimeErrors); anything else is a bug or an interrupt and stops the run.
+EDIT_ERRORS = (RuntimeError, ValueError, FloatingPointError, ZeroDivisionError)
+
+
+@dataclass(frozen=True)
+class EditJob:
+    """One method, its hparams, and the mode to run it in."""
+
+    method: EditMethod
+    hparams: HyperParams
+    raw_hparams: dict[str, Any]
+    mode: str
+    batch_size: int = 1
+
+
+def select_methods(spec: str | Sequence[str], available: Sequence[str]) -> list[str]:
+    """Method names from ``ROME``, ``ROME+MEMIT`` (``+`` because Kedro's ``--params``
+    splits on commas), a list, or ``all`` (every method with hparams for the model).
+    ``easyedit:ROME`` is EasyEdit's ROME, with ROME's hparams."""
+    names = spec.split("+") if isinstance(spec, str) else list(spec)
+    names = [name.strip() for name in names if name.strip()]
+    if names == ["all"]:
+        return sorted(available)
+    missing = [name for name in names if hparams_name(name) not in available]
+    if missing:
+        raise ValueError(
+            f"no hparams for {missing} on this model (add conf/base/hparams/<METHOD>/"
+            f"<model>.yaml); methods with hparams: {sorted(available)}"
+        )
+    return names
+
+
+def make_job(name: str, raw_hparams: dict[str, Any], mode: str, where: str) -> EditJob:
+    """Check that ``name`` can run in ``mode`` and parse its hparams."""
+    if mode not in MODES:
+        raise ValueError(f"unknown editing mode {mode!r}; use one of {MODES}")
+    method = get_method(name)
+    if mode == "batch" and not method.batchable:
+        raise ValueError(
+            f"{name} edits one fact at a time; batch mode needs e.g. MEMIT"
+        )
+    hparams = method.hparams.from_dict(raw_hparams, where)
+    batch_size = int(getattr(hparams, "batch_size", 1)) if mode == "batch" else 1
+    return EditJob(method, hparams, dict(raw_hparams), mode, max(batch_size, 1))
+
+
+def fingerprint(*parts: object) -> str:
+    """A stable hash of JSON-serialisable ``parts``."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def delta_problem(
+    lm: LoadedModel, delta: Delta, request: EditRequest, max_relative_norm: float
+) -> tuple[str | None, dict[str, list]]:
+    """Why the delta diverged (None if it did not), and its description."""
+    if not delta.is_finite():
+        return "diverged: the delta has NaN or inf values", {}
+    description = delta.describe(lm.model)
+    for name, norm in zip(
+        description["param_names"], description["norms"], strict=True
+    ):
+        ratio = norm / float(lm.model.get_parameter(name).double().norm())
+        if ratio > max_relative_norm:
+            return (
+                f"diverged: norm explosion, |ΔW|/|W| = {ratio:.3g} > {max_relative_norm} "
+                f"for {name}",
+                description,
+            )
+    ids = lm.tokenizer(delta.prefix + request.text)["input_ids"]
+    with delta_applied(lm.model, delta), torch.no_grad():
+        logits, _ = forward_padded(lm.model, [ids], lm.tokenizer.pad_token_id)
+    if not torch.isfinite(logits).all():
+        return "diverged: the edited model's logits are not finite", description
+    return None, description
+
+
+def _units(requests: Sequence[EditRequest], job: EditJob) -> list[list[EditRequest]]:
+    size = job.batch_size if job.mode == "batch" else 1
+    return [list(requests[i : i + size]) for i in range(0, len(requests), size)]
+
+
+def _delta_file(job: EditJob, unit: list[EditRequest], unit_fp: str) -> str:
+    name = file_stem(unit[0].case_id) if len(unit) == 1 else f"batch-{unit_fp[:16]}"
+    return f"{job.method.name}/{job.mode}/{name}.safetensors"
+
+
+def _compute(
+    lm: LoadedModel,
+    unit: list[EditRequest],
+    job: EditJob,
+    context: EditContext,
+    max_relative_norm: float,
+) -> tuple[Delta | None, str | None, dict[str, list], float]:
+    start = time.perf_counter()
+    try:
+        delta = job.method.compute(lm, unit, job.hparams, context)
+        reason, description = delta_problem(lm, delta, unit[0], max_relative_norm)
+    except EDIT_ERRORS as err:
+        delta, reason, description = None, f"{type(err).__name__}: {err}", {}
+    return delta, reason, description, time.perf_counter() - start
+
+
+def run_job(  # noqa: PLR0913 - the run's inputs
+    lm: LoadedModel,
+    requests: Sequence[EditRequest],
+    job: EditJob,
+    *,
+    store: DeltaStore,
+    context: EditContext,
+    max_relative_norm: float,
+) -> Iterator[EditOutcome]:
+    """Yield one outcome per request; skip those already stored with the same fingerprint."""
+    name, mode = job.method.name, job.mode
+    stored = store.rows(name, mode)
+    applied: list[Applied] = []
+    previous = ""
+    order = 0
+    progress = tqdm(total=len(requests), desc=f"{name} ({mode})", unit="edit")
+    try:
+        for unit in _units(requests, job):
+            keys = [asdict(r) for r in unit]
+            unit_fp = fingerprint(
+                lm.name, name, mode, job.raw_hparams, keys, context.seed, previous
+            )
+            rows = [stored.get(r.case_id) for r in unit]
+            if all(row is not None and row["fingerprint"] == unit_fp for row in rows):
+                if mode == "sequential" and rows[0]["status"] == "ok":
+                    applied.append(
+                        apply_delta(lm.model, store.load(rows[0]["delta_file"]))
+                    )
+                order += len(unit)
+                previous = unit_fp
+                progress.update(len(unit))
+                continue
+            delta, reason, description, wall_s = _compute(
+                lm, unit, job, context, max_relative_norm
+            )
+            if reason is not None:
+                logger.warning(
+                    "%s (%s) failed on %s: %s", name, mode, unit[0].case_id, reason
+                )
+            elif mode == "sequential":
+                applied.append(apply_delta(lm.model, delta))
+            delta_file = None if reason else _delta_file(job, unit, unit_fp)
+            for position, request in enumerate(unit):
+                row = {
+                    "model": lm.name,
+                    "method": name,
+                    "mode": mode,
+                    "case_id": request.case_id,
+                    "order": order,
+                    "status": "failed" if reason else "ok",
+                    "reason": reason,
+                    "delta_file": delta_file,
+                    "param_names": description.get("param_names", []),
+                    "shapes": description.get("shapes", []),
+                    "norms": description.get("norms", []),
+                    "tensor_bytes": delta.nbytes()
+                    if delta is not None and not reason
+                    else 0,
+                    "wall_s": wall_s / len(unit),
+                    "fingerprint": unit_fp,
+                }
+                order += 1
+                first_ok = position == 0 and not reason
+                yield EditOutcome(row=row, delta=delta if first_ok else None)
+            previous = unit_fp
+            progress.update(len(unit))
+    finally:
+        progress.close()
+        for done in reversed(applied):
+            revert_delta(lm.model, done)
+
+
+def run_edits(  # noqa: PLR0913 - the run's inputs
+    lm: LoadedModel,
+    requests: Sequence[EditRequest],
+    jobs: Sequence[EditJob],
+    *,
+    store: DeltaStore,
+    context: EditContext,
+    max_relative_norm: float,
+) -> Iterator[EditOutcome]:
+    """Every job over every request, in order; the model's weights are unchanged after."""
+    for job in jobs:
+        logger.info(
+            "Editing %s with %s (%s mode): %d requests",
+            lm.name,
+            job.method.name,
+            job.mode,
+            len(requests),
+        )
+        yield from run_job(
+            lm,
+            requests,
+            job,
+            store=store,
+            context=context,
+            max_relative_norm=max_relative_norm,
+        )

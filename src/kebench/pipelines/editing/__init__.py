@@ -1,0 +1,1 @@
+"""The editing pipeline: edit requests -> weight deltas plus a manifest."""

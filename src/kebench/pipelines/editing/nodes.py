@@ -1,0 +1,61 @@
+"""Nodes of editing: thin glue over ``kebench.editing``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kebench.editing.registry import EditContext, hparams_name
+from kebench.editing.requests import requests_from_frame
+from kebench.editing.runner import make_job, run_edits, select_methods
+from kebench.editing.store import DeltaStore, EditOutcome
+from kebench.models.loading import LoadedModel
+from kebench.schemas import EDIT_DELTAS
+
+
+def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    edit_requests: pd.DataFrame,
+    model: LoadedModel,
+    edit_hparams: dict[str, dict[str, Any]],
+    edit_deltas_stored: DeltaStore,
+    covariance_stats: Path,
+    params: dict[str, Any],
+) -> Iterator[EditOutcome]:
+    """Edit the model with each selected method; yield every edit's delta and row.
+
+    A generator: Kedro saves each outcome as it comes, so a killed run keeps the edits
+    it finished and the next run skips them.
+    """
+    requests = requests_from_frame(edit_requests)
+    if params.get("n_edits") is not None:
+        requests = requests[: int(params["n_edits"])]
+    jobs = [
+        make_job(
+            name,
+            edit_hparams[hparams_name(name)],
+            params["mode"],
+            f"hparams/{hparams_name(name)}/{model.name}.yaml",
+        )
+        for name in select_methods(params["methods"], list(edit_hparams))
+    ]
+    context = EditContext(
+        stats_dir=covariance_stats,
+        pool=requests_from_frame(edit_requests),
+        seed=int(params["seed"]),
+    )
+    yield from run_edits(
+        model,
+        requests,
+        jobs,
+        store=edit_deltas_stored,
+        context=context,
+        max_relative_norm=float(params["max_relative_norm"]),
+    )
+
+
+def tabulate_edit_deltas(edit_deltas: DeltaStore) -> pd.DataFrame:
+    """The manifest: one validated row per stored edit, of every method and mode."""
+    return EDIT_DELTAS.validate(edit_deltas.manifest())

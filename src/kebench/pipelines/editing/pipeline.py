@@ -1,0 +1,32 @@
+"""editing pipeline definition."""
+
+from kedro.pipeline import Node, Pipeline
+
+from kebench.pipelines.editing.nodes import compute_edit_deltas, tabulate_edit_deltas
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    """edit_requests, model, hparams -> edit_deltas (safetensors) + edit_manifest."""
+    return Pipeline(
+        [
+            Node(
+                func=compute_edit_deltas,
+                inputs=[
+                    "edit_requests",
+                    "model",
+                    "edit_hparams",
+                    "edit_deltas_stored",
+                    "covariance_stats",
+                    "params:editing",
+                ],
+                outputs="edit_deltas",
+                name="compute_edit_deltas",
+            ),
+            Node(
+                func=tabulate_edit_deltas,
+                inputs="edit_deltas",
+                outputs="edit_manifest",
+                name="tabulate_edit_deltas",
+            ),
+        ]
+    )

@@ -1,0 +1,45 @@
+"""Real edit requests and the project's hparams, for tests that edit the real model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kebench.editing.datasets import EditHparamsDataset
+from kebench.editing.requests import EditRequest, requests_from_frame
+from kebench.kg.edit_cases import (
+    RawEditCases,
+    RelationCatalog,
+    load_edit_case_file,
+    parse_edit_cases,
+)
+from kebench.project import PROJECT_ROOT, load_config
+from tests.models.shared import MODEL
+
+DEMO = PROJECT_ROOT / "data" / "01_raw" / "demo" / "edit_cases.json"
+
+
+def read_requests(path: Path, source: str, fmt: str) -> list[EditRequest]:
+    """The edit requests kg_build would derive from an edit-case file (deduplicated)."""
+    raw = RawEditCases(
+        source, fmt, "counterfactual", str(path), load_edit_case_file(path)
+    )
+    relations = RelationCatalog.from_config(load_config({})["parameters"]["relations"])
+    return requests_from_frame(parse_edit_cases(raw, relations))
+
+
+def demo_requests() -> list[EditRequest]:
+    """The demo's edit requests: the first 20 are edited, the others are locality probes."""
+    return read_requests(DEMO, "demo", "mquake")
+
+
+def mquake_requests(data_dir: Path) -> list[EditRequest]:
+    """The paper's MQuAKE-T edits, distinct, in file order."""
+    path = data_dir / "benchmarking_ke" / "mquake_t_edits.json"
+    return read_requests(path, "mquake_t", "flat_mquake")
+
+
+def project_hparams() -> dict[str, dict]:
+    """Every method's hparams for the default model, from conf/base/hparams."""
+    return EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"), MODEL
+    ).load()

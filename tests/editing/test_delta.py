@@ -1,0 +1,135 @@
+"""Delta files and exact apply/revert on real torch modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from kebench.editing.delta import (
+    Delta,
+    ParamDelta,
+    apply_delta,
+    delta_applied,
+    load_delta,
+    revert_delta,
+    save_delta,
+)
+
+
+def small_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Linear(4, 3))
+
+
+def every_kind() -> Delta:
+    generator = torch.Generator().manual_seed(1)
+    return Delta(
+        params={
+            "0.weight": ParamDelta(
+                "low_rank",
+                {
+                    "left": torch.randn(4, 2, generator=generator),
+                    "right": torch.randn(6, 2, generator=generator),
+                },
+            ),
+            "0.bias": ParamDelta(
+                "dense", {"values": torch.randn(4, generator=generator)}
+            ),
+            "1.weight": ParamDelta(
+                "index",
+                {
+                    "index": torch.tensor([0, 3]),
+                    "values": torch.randn(3, 2, generator=generator),
+                },
+                dim=1,
+            ),
+        },
+        prefix="New Fact: x\nPrompt: ",
+        meta={"method": "test"},
+    )
+
+
+def test_kinds_need_their_tensors():
+    with pytest.raises(ValueError, match="unknown delta kind"):
+        ParamDelta("sparse", {"values": torch.zeros(1)})
+    with pytest.raises(ValueError, match="needs tensors"):
+        ParamDelta("low_rank", {"left": torch.zeros(1)})
+
+
+def test_file_round_trip_is_safetensors(tmp_path):
+    delta = every_kind()
+    path = tmp_path / "d.safetensors"
+    save_delta(delta, path)
+    with safe_open(str(path), framework="pt") as handle:
+        assert handle.metadata()["format"] == "kebench-delta/1"
+        assert sorted(handle.keys()) == [
+            "0.bias/values",
+            "0.weight/left",
+            "0.weight/right",
+            "1.weight/index",
+            "1.weight/values",
+        ]
+    loaded = load_delta(path)
+    assert loaded.prefix == delta.prefix
+    assert loaded.meta == {"method": "test"}
+    for name, change in delta.params.items():
+        assert loaded.params[name].kind == change.kind
+        assert loaded.params[name].dim == change.dim
+        for key, tensor in change.tensors.items():
+            assert torch.equal(loaded.params[name].tensors[key], tensor)
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temporary file
+
+
+def test_other_safetensors_files_are_refused(tmp_path):
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    save_file({"w": torch.zeros(2)}, tmp_path / "w.safetensors")
+    with pytest.raises(ValueError, match="not a kebench delta"):
+        load_delta(tmp_path / "w.safetensors")
+
+
+def test_apply_changes_exactly_the_delta_and_revert_restores_bits():
+    model = small_model()
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    delta = every_kind()
+    applied = apply_delta(model, delta)
+    state = model.state_dict()
+    low_rank = delta.params["0.weight"].tensors
+    assert torch.allclose(
+        state["0.weight"], base["0.weight"] + low_rank["left"] @ low_rank["right"].T
+    )
+    assert torch.allclose(
+        state["0.bias"], base["0.bias"] + delta.params["0.bias"].tensors["values"]
+    )
+    changed = (state["1.weight"] != base["1.weight"]).any(dim=0)
+    assert changed.tolist() == [True, False, False, True]
+    assert torch.equal(state["1.bias"], base["1.bias"])
+    revert_delta(model, applied)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, base[name]), name
+
+
+def test_context_manager_restores_after_an_error():
+    model = small_model()
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="boom"), delta_applied(model, every_kind()):
+        raise RuntimeError("boom")
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, base[name]), name
+
+
+def test_full_change_and_description():
+    model = small_model()
+    delta = every_kind()
+    index_change = delta.params["1.weight"].full(model.get_parameter("1.weight"))
+    assert index_change.shape == (3, 4)
+    assert torch.equal(index_change[:, 1], torch.zeros(3))
+    description = delta.describe(model)
+    assert description["param_names"] == ["0.bias", "0.weight", "1.weight"]
+    assert description["shapes"] == [[4], [4, 6], [3, 4]]
+    assert description["norms"][2] == pytest.approx(float(index_change.norm()))
+    assert delta.nbytes() == 4 * (4 * 2 + 6 * 2 + 4 + 3 * 2) + 8 * 2
+    assert delta.is_finite()
+    delta.params["0.bias"].tensors["values"][0] = float("nan")
+    assert not delta.is_finite()

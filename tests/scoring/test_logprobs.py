@@ -1,0 +1,97 @@
+"""Batched, padded answer log-probs against a plain one-example-at-a-time computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kebench.scoring.logprobs import answer_text, encode_pair, pad_batch, score_answers
+
+PROMPTS = [
+    "The capital of France is",
+    "Barack Obama is a citizen of",
+    "New Fact: The capital of Japan is Kyoto\nPrompt: The capital of Japan is",
+    "The official language of Brazil is ",
+    "Q: Who wrote Hamlet? A:",
+]
+ANSWERS = [
+    "Paris",
+    "United States of America",
+    "Kyoto",
+    "Portuguese",
+    " William Shakespeare",
+]
+
+
+def test_answer_text_adds_one_leading_space():
+    assert answer_text("The capital is", "Paris") == " Paris"
+    assert answer_text("The capital is ", "Paris") == "Paris"
+    assert answer_text("The capital is", " Paris") == " Paris"
+    assert answer_text("Prompt:\n", "Paris") == "Paris"
+
+
+def test_pad_batch_positions_ignore_padding():
+    ids, mask, positions, offsets = pad_batch([[5, 6, 7], [8]], pad_id=0, side="left")
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
+    assert offsets == [0, 2]
+    ids, mask, positions, offsets = pad_batch([[5, 6, 7], [8]], pad_id=0, side="right")
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
+    assert offsets == [0, 0]
+    with pytest.raises(ValueError, match="left or right"):
+        pad_batch([[1]], pad_id=0, side="middle")
+
+
+def plain_logprob(lm, prompt: str, answer: str) -> tuple[float, list[int]]:
+    """One unpadded sequence; the answer's tokens scored one by one from full logits."""
+    prompt_ids, answer_ids = encode_pair(lm.tokenizer, prompt, answer)
+    ids = torch.tensor([prompt_ids + answer_ids])
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids).logits[0].double()
+    total = 0.0
+    argmax = []
+    for j, token in enumerate(answer_ids):
+        row = logits[len(prompt_ids) - 1 + j]
+        total += float(row.log_softmax(-1)[token])
+        argmax.append(int(row.argmax()))
+    return total, argmax
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_batched_scores_match_plain_computation(lm, side):
+    expected = [plain_logprob(lm, p, a) for p, a in zip(PROMPTS, ANSWERS, strict=True)]
+    scores = score_answers(
+        lm.model, lm.tokenizer, PROMPTS, ANSWERS, batch_size=4, padding_side=side
+    )
+    for score, (logprob, argmax) in zip(scores, expected, strict=True):
+        assert score.logprob == pytest.approx(logprob, abs=1e-4)
+        assert sum(score.token_logprobs) == pytest.approx(logprob, abs=1e-4)
+        assert list(score.argmax_ids) == argmax
+    assert [s.n_tokens for s in scores][1] > 1  # a multi-token answer
+
+
+@pytest.mark.model
+def test_leading_space_and_token_counts(lm):
+    prompt_ids, answer_ids = encode_pair(
+        lm.tokenizer, "The capital of France is", "Paris"
+    )
+    assert lm.tokenizer.decode(answer_ids) == " Paris"
+    assert lm.tokenizer.decode(prompt_ids) == "The capital of France is"
+    (with_space,) = score_answers(
+        lm.model, lm.tokenizer, ["The capital of France is"], ["Paris"]
+    )
+    (no_space,) = score_answers(
+        lm.model, lm.tokenizer, ["The capital of France is "], ["Paris"]
+    )
+    assert with_space.answer_ids != no_space.answer_ids
+    # The model knows the capital: the answer is its most likely next token.
+    assert with_space.argmax_ids[0] == with_space.answer_ids[0]
+
+
+@pytest.mark.model
+def test_mismatched_lengths_are_refused(lm):
+    with pytest.raises(ValueError, match="2 prompts but 1 answers"):
+        score_answers(lm.model, lm.tokenizer, ["a", "b"], ["c"])
