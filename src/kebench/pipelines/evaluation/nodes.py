@@ -1,0 +1,147 @@
+"""Nodes of evaluation: thin glue over ``kebench.scoring``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from kebench.editing.runner import select_methods
+from kebench.editing.store import DeltaStore
+from kebench.models.loading import LoadedModel
+from kebench.schemas import METRICS, PROBE_SCORES
+from kebench.scoring.evaluate import (
+    ScoringSettings,
+    delta_groups,
+    edited_scores,
+    probe_score_rows,
+    score_pass,
+)
+from kebench.scoring.metrics import metrics_table, per_edit_consistency, probe_outcomes
+from kebench.scoring.report import (
+    headline_table,
+    plot_consistency_distribution,
+    plot_direct_vs_entailed,
+    report_markdown,
+)
+
+logger = logging.getLogger(__name__)
+
+UNEDITED = "unedited"
+
+
+def _settings(params: dict[str, Any]) -> ScoringSettings:
+    return ScoringSettings(
+        batch_size=int(params["batch_size"]),
+        generate_types=tuple(params["generation"]["probe_types"]),
+        max_new_tokens=int(params["generation"]["max_new_tokens"]),
+    )
+
+
+def select_edits(edit_manifest: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+    """The manifest rows to evaluate: the chosen methods, in the chosen mode."""
+    rows = edit_manifest[edit_manifest["mode"] == params["mode"]]
+    available = sorted(rows["method"].unique())
+    if not available:
+        raise ValueError(
+            f"no stored edits in mode {params['mode']!r}: run the editing pipeline first "
+            "(kedro run --pipelines=editing --params=method=ROME)"
+        )
+    methods = select_methods(params["methods"], available)
+    missing = sorted(set(methods) - set(available))
+    if missing:
+        raise ValueError(f"no stored edits for {missing}; stored: {available}")
+    return rows[rows["method"].isin(methods)].reset_index(drop=True)
+
+
+def score_base_probes(
+    model: LoadedModel,
+    probes: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """The probes of every edited case under the unedited model, once: the floor, and
+    the reference every method is compared with."""
+    edited = probes[probes["case_id"].isin(selected_edits["case_id"])]
+    logger.info(
+        "scoring %d probes of %d cases under the base model",
+        len(edited),
+        edited["case_id"].nunique(),
+    )
+    scores = score_pass(model, edited, "", _settings(params))
+    return scores.assign(probe_id=edited["probe_id"].to_numpy())
+
+
+def score_edited_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    model: LoadedModel,
+    probes: pd.DataFrame,
+    base_probe_scores: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+    edit_deltas_stored: DeltaStore,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """``probe_scores``: each edited case's probes under its edited model, plus the
+    unedited floor on the same cases. Failed edits are left out (and reported)."""
+    by_id = probes.set_index("probe_id", drop=False)
+    base = base_probe_scores.set_index("probe_id")
+    ok = selected_edits[selected_edits["status"] == "ok"]
+    floor = base.loc[base.index.isin(by_id.index[by_id["case_id"].isin(ok["case_id"])])]
+    parts = [probe_score_rows(by_id, base, floor, model.name, UNEDITED)]
+    for method, rows in ok.groupby("method"):
+        groups = delta_groups(rows, edit_deltas_stored.load)
+        edited = edited_scores(
+            model, by_id, groups, _settings(params), description=f"scoring {method}"
+        )
+        parts.append(probe_score_rows(by_id, base, edited, model.name, method))
+    return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
+
+
+def compute_metrics(probe_scores: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+    """Every metric per (model, method, risk, probe_type), with protocol, 95% CI and n."""
+    table = metrics_table(
+        probe_outcomes(probe_scores), seed=int(params["bootstrap_seed"])
+    )
+    return METRICS.validate(table.reindex(columns=list(METRICS.columns)))
+
+
+def list_failed_edits(selected_edits: pd.DataFrame) -> pd.DataFrame:
+    """The failed edits, excluded from every metric, with their reasons."""
+    failed = selected_edits[selected_edits["status"] == "failed"]
+    return failed[["model", "method", "mode", "case_id", "reason"]].reset_index(
+        drop=True
+    )
+
+
+def build_report(
+    metrics: pd.DataFrame, probe_scores: pd.DataFrame, failed_edits: pd.DataFrame
+) -> tuple[str, pd.DataFrame, Figure, Figure]:
+    """The markdown report, its headline table, and the two plots."""
+    headline = headline_table(metrics)
+    per_edit = per_edit_consistency(probe_outcomes(probe_scores))
+    markdown = report_markdown(headline, failed_edits, "kebench evaluation")
+    return (
+        markdown,
+        headline,
+        plot_direct_vs_entailed(headline),
+        plot_consistency_distribution(per_edit),
+    )
+
+
+def track_metrics(
+    metrics: pd.DataFrame, failed_edits: pd.DataFrame
+) -> dict[str, dict[str, float]]:
+    """MLflow metrics, keyed ``<method>.<risk>.<probe_type>.<metric>`` (and ``.ci_*``),
+    plus ``<method>.failed_edits``."""
+    tracked = {}
+    for row in metrics.to_dict("records"):
+        key = f"{row['method']}.{row['risk']}.{row['probe_type']}.{row['metric']}"
+        tracked[key] = {"value": float(row["value"]), "step": 0}
+        for bound in ("ci_low", "ci_high"):
+            if pd.notna(row[bound]):
+                tracked[f"{key}.{bound}"] = {"value": float(row[bound]), "step": 0}
+    for method in metrics["method"].unique():
+        count = int((failed_edits["method"] == method).sum())
+        tracked[f"{method}.failed_edits"] = {"value": float(count), "step": 0}
+    return tracked

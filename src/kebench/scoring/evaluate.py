@@ -1,0 +1,230 @@
+"""Score probes under the base model once, then under each edited model.
+
+Base scores are computed once per (model, probes) and reused for every method. An
+edited model is the base model with a delta applied (and reverted afterwards, exactly);
+an in-context edit (IKE) changes no weights and is scored with its prefix before each
+prompt. Each group of cases is scored with its own deltas applied: one case's delta in
+single mode, one batch delta for MEMIT, every delta so far in sequential mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from kebench.editing.delta import Delta, delta_applied
+from kebench.models.loading import LoadedModel
+from kebench.schemas import PROBE_SCORES
+from kebench.scoring.logprobs import score_answers
+from kebench.scoring.metrics import exact_match, token_f1
+
+# The columns one scoring pass yields per probe, before the base_/edit_ prefix.
+PASS_COLUMNS = [
+    "lp_old",
+    "lp_new",
+    "n_tokens_old",
+    "n_tokens_new",
+    "old_argmax",
+    "new_token_hits",
+]
+
+
+@dataclass(frozen=True)
+class ScoringSettings:
+    """How probes are scored: batch size, and which probe types also get a greedy
+    generation (EM/F1 against the new answer) of at most ``max_new_tokens``."""
+
+    batch_size: int = 16
+    generate_types: tuple[str, ...] = ()
+    max_new_tokens: int = 8
+
+
+def score_pass(
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    prefix: str = "",
+    settings: ScoringSettings = ScoringSettings(),
+) -> pd.DataFrame:
+    """log P(answer_old | prompt) and log P(answer_new | prompt) of each probe.
+
+    Also the argmax tokens over the old answer (for locality), how many of the new
+    answer's tokens the argmax reproduces (token accuracy), and, for the configured
+    probe types, EM and F1 of a greedy generation. A probe without an old answer (an
+    injected claim) has NaN old columns.
+    """
+    batch_size = settings.batch_size
+    prompts = [prefix + p for p in probes["prompt"]]
+    has_old = probes["answer_old"].notna().to_numpy()
+    new = score_answers(
+        lm.model,
+        lm.tokenizer,
+        prompts,
+        list(probes["answer_new"]),
+        batch_size=batch_size,
+    )
+    old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
+    old_answers = list(probes.loc[has_old, "answer_old"])
+    old = iter(
+        score_answers(
+            lm.model, lm.tokenizer, old_prompts, old_answers, batch_size=batch_size
+        )
+    )
+    rows = []
+    for keep, new_score in zip(has_old, new, strict=True):
+        old_score = next(old) if keep else None
+        rows.append(
+            {
+                "lp_old": old_score.logprob if old_score else float("nan"),
+                "lp_new": new_score.logprob,
+                "n_tokens_old": old_score.n_tokens if old_score else 0,
+                "n_tokens_new": new_score.n_tokens,
+                "old_argmax": " ".join(map(str, old_score.argmax_ids))
+                if old_score
+                else None,
+                "new_token_hits": sum(
+                    a == b
+                    for a, b in zip(
+                        new_score.argmax_ids, new_score.answer_ids, strict=True
+                    )
+                ),
+            }
+        )
+    scores = pd.DataFrame(rows, index=probes.index, columns=PASS_COLUMNS)
+    generate = probes["probe_type"].isin(settings.generate_types).to_numpy()
+    if generate.any():
+        answers = probes.loc[generate, "answer_new"]
+        texts = greedy_answers(
+            lm,
+            [p for p, g in zip(prompts, generate, strict=True) if g],
+            settings.max_new_tokens,
+            batch_size,
+        )
+        scores.loc[generate, "gen_em"] = [
+            exact_match(t, a) for t, a in zip(texts, answers, strict=True)
+        ]
+        scores.loc[generate, "gen_f1"] = [
+            token_f1(t, a) for t, a in zip(texts, answers, strict=True)
+        ]
+    return scores
+
+
+@torch.no_grad()
+def edited_scores(
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    groups: Iterable[tuple[Sequence[str], Sequence[Delta]]],
+    settings: ScoringSettings = ScoringSettings(),
+    description: str = "scoring",
+) -> pd.DataFrame:
+    """Scores of each group's probes with that group's deltas applied.
+
+    Args:
+        groups: ``(case_ids, deltas)``: the cases whose probes are scored while
+            ``deltas`` are applied together.
+    """
+    parts = []
+    groups = list(groups)
+    for case_ids, deltas in tqdm(groups, desc=description, unit="group"):
+        selected = probes[probes["case_id"].isin(case_ids)]
+        if selected.empty:
+            continue
+        prefix = "".join(delta.prefix for delta in deltas)
+        with ExitStack() as stack:
+            for delta in deltas:
+                stack.enter_context(delta_applied(lm.model, delta))
+            parts.append(score_pass(lm, selected, prefix, settings))
+    if not parts:
+        return pd.DataFrame(columns=PASS_COLUMNS)
+    return pd.concat(parts)
+
+
+@torch.no_grad()
+def greedy_answers(
+    lm: LoadedModel, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 16
+) -> list[str]:
+    """Greedy continuations of ``prompts`` (left-padded batches), up to a newline."""
+    tokenizer = lm.tokenizer
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    outputs: list[str] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = tokenizer(
+                list(prompts[start : start + batch_size]),
+                return_tensors="pt",
+                padding=True,
+            )
+            batch = batch.to(lm.model.device)
+            generated = lm.model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            texts = tokenizer.batch_decode(
+                generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+            )
+            outputs += [text.strip().split("\n")[0] for text in texts]
+    finally:
+        tokenizer.padding_side = side
+    return outputs
+
+
+def probe_score_rows(
+    probes: pd.DataFrame,
+    base: pd.DataFrame,
+    edited: pd.DataFrame,
+    model: str,
+    method: str,
+) -> pd.DataFrame:
+    """``probe_scores`` rows of one method: each scored probe's base and edited passes.
+
+    All three frames are indexed by probe_id; ``edited`` holds the probes scored.
+    """
+    index = edited.index
+    rows = probes.loc[
+        index, ["case_id", "probe_id", "probe_type", "risk", "source"]
+    ].assign(
+        model=model,
+        method=method,
+        lp_base_old=base.loc[index, "lp_old"],
+        lp_base_new=base.loc[index, "lp_new"],
+        lp_edit_old=edited["lp_old"],
+        lp_edit_new=edited["lp_new"],
+        n_tokens_old=base.loc[index, "n_tokens_old"],
+        n_tokens_new=base.loc[index, "n_tokens_new"],
+        base_old_argmax=base.loc[index, "old_argmax"],
+        edit_old_argmax=edited["old_argmax"],
+        base_new_token_hits=base.loc[index, "new_token_hits"],
+        edit_new_token_hits=edited["new_token_hits"],
+        gen_em=edited.get("gen_em"),
+        gen_f1=edited.get("gen_f1"),
+    )
+    return PROBE_SCORES.validate(
+        rows[list(PROBE_SCORES.columns)].reset_index(drop=True)
+    )
+
+
+def delta_groups(
+    manifest: pd.DataFrame, load: Callable[[str], Delta]
+) -> Iterator[tuple[list[str], list[Delta]]]:
+    """The (cases, deltas) groups under which one method's probes are scored.
+
+    ``manifest`` holds one method and mode, ``ok`` rows only. single: each case with its
+    own delta; batch: the cases of one batch delta together; sequential: every case at
+    the end of the run, with all deltas applied in their order.
+    """
+    if manifest.empty:
+        return
+    mode = manifest["mode"].iloc[0]
+    ordered = manifest.sort_values("order")
+    if mode == "sequential":
+        files = list(dict.fromkeys(ordered["delta_file"]))
+        yield list(ordered["case_id"]), [load(f) for f in files]
+        return
+    for delta_file, part in ordered.groupby("delta_file", sort=False):
+        yield list(part["case_id"]), [load(delta_file)]
