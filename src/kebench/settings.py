@@ -3,6 +3,10 @@
 from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
 
+from kebench.hooks import UpstreamOutputsHook
+
+HOOKS = (UpstreamOutputsHook(),)
+
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",

@@ -1,0 +1,92 @@
+"""Project hooks."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+from kedro.framework.hooks import hook_impl
+from kedro.io import DataCatalog
+from kedro.pipeline import Pipeline
+
+import kebench.pipelines
+
+
+def all_pipelines() -> dict[str, Pipeline]:
+    """Every pipeline of the project. Kedro's own registry holds only the pipelines
+    named on the command line during a run, so they are created here directly."""
+    package = kebench.pipelines
+    return {
+        module.name: importlib.import_module(
+            f"{package.__name__}.{module.name}"
+        ).create_pipeline()
+        for module in pkgutil.iter_modules(package.__path__)
+    }
+
+
+class MissingInputsError(RuntimeError):
+    """A pipeline was run before the pipelines that produce its inputs."""
+
+
+def missing_upstream(
+    pipeline: Pipeline, catalog: DataCatalog, registry: dict[str, Pipeline]
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Inputs of ``pipeline`` that other pipelines make and that do not exist yet, and
+    every pipeline to run first (transitively), in data-flow order."""
+    producers: dict[str, list[str]] = {}
+    for name, registered in registry.items():
+        for output in registered.all_outputs():
+            producers.setdefault(output, []).append(name)
+
+    def absent(p: Pipeline) -> dict[str, list[str]]:
+        return {
+            d: producers[d]
+            for d in sorted(p.inputs())
+            if d in producers and not catalog.exists(d)
+        }
+
+    missing = absent(pipeline)
+    needed: list[str] = []
+    frontier = sorted({name for names in missing.values() for name in names})
+    while frontier:
+        name = frontier.pop()
+        if name in needed:
+            continue
+        needed.append(name)
+        frontier += [p for names in absent(registry[name]).values() for p in names]
+    ordered, remaining = [], set(needed)
+    while remaining:  # producers before consumers
+        ready = sorted(
+            n
+            for n in remaining
+            if not any(
+                registry[m].all_outputs() & registry[n].inputs()
+                for m in remaining - {n}
+            )
+        ) or sorted(remaining)
+        ordered += ready
+        remaining -= set(ready)
+    return missing, ordered
+
+
+class UpstreamOutputsHook:
+    """Before a run, check that inputs made by other pipelines exist, and say which
+    pipelines to run first when they do not (e.g. evaluation on a fresh clone)."""
+
+    @hook_impl
+    def before_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
+    ) -> None:
+        missing, needed = missing_upstream(pipeline, catalog, all_pipelines())
+        if missing:
+            details = "; ".join(
+                f"{d} (from {', '.join(p)})" for d, p in missing.items()
+            )
+            extra = run_params.get("runtime_params") or {}
+            params = ",".join(f"{k}={v}" for k, v in extra.items())
+            suffix = f" --params={params}" if params else ""
+            raise MissingInputsError(
+                f"these inputs have not been produced yet: {details}. Run first: "
+                f"kedro run --pipelines={','.join(needed)}{suffix}"
+            )
