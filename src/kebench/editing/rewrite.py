@@ -241,7 +241,7 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
             )
             decay = delta.norm() ** 2 / init_norm**2
             loss = nll + settings.kl_factor * kl + settings.weight_decay * decay
-            nll_value = float(nll)
+            nll_value = float(nll.detach())
             if not torch.isfinite(loss):
                 break
             if nll_value < settings.stop_loss:

@@ -66,14 +66,8 @@ class LoadedModel:
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the distinct parameter tensors of ``model``."""
-    seen: set[int] = set()
-    total = 0
-    for param in model.parameters():
-        if param.data_ptr() not in seen:
-            seen.add(param.data_ptr())
-            total += param.numel() * param.element_size()
-    return total
+    """Bytes of the parameters of ``model``; tied weights are one parameter, counted once."""
+    return sum(param.numel() * param.element_size() for param in model.parameters())
 
 
 def resolve_device(requested: str) -> torch.device:

@@ -106,7 +106,7 @@ def finetune(
                     logits_at(model, batch, rows_t, cols_t), dim=-1
                 )
                 loss = -logprobs.gather(1, labels_t[:, None]).mean()
-                if not torch.isfinite(loss) or float(loss) < hparams.stop_loss:
+                if not torch.isfinite(loss) or float(loss.detach()) < hparams.stop_loss:
                     break
                 optimiser.zero_grad()
                 loss.backward()

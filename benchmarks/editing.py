@@ -1,0 +1,147 @@
+"""Benchmark kebench's editing methods on the real SmolLM2-135M on CPU.
+
+Usage: python benchmarks/editing.py [--dataset demo|mquake_t] [--n-edits 10]
+                                    [--methods ROME+MEMIT+FT-L+FT-M+KN+IKE]
+Prints one JSON object keyed by lowercase method name, each with:
+    seconds_per_edit: mean wall time of one edit (after a warm-up edit, which pays the
+        one-time costs: context templates, covariance statistics; see setup_s);
+    delta_bytes: mean size of one edit's delta file; model_bytes: the model's weights;
+    delta_fraction: delta_bytes / model_bytes;
+    apply_revert_ms: median time to apply one delta and revert it exactly;
+    edit_succ, locality: EditSucc and locality (kebench.editing.quality) on these edits;
+    setup_s: the warm-up edit's time.
+Targets (issue 4): ROME <= 10 s/edit on 2 CPU cores, delta_fraction <= 0.001.
+The model is converted once under data/06_models and statistics cached under
+data/06_models/stats, as a pipeline run would. KEBENCH_DATA_DIR locates mquake_t.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
+with contextlib.redirect_stdout(sys.stderr):
+    from kebench.datasets.edit_cases_dataset import EditCasesDataset
+    from kebench.editing.datasets import EditHparamsDataset
+    from kebench.editing.delta import apply_delta, revert_delta, save_delta
+    from kebench.editing.quality import measure_edits
+    from kebench.editing.registry import EditContext, get_method
+    from kebench.editing.requests import requests_from_frame
+    from kebench.kg.edit_cases import RelationCatalog, parse_edit_cases
+    from kebench.models.loading import load_model
+    from kebench.models.registry import model_spec
+    from kebench.project import PROJECT_ROOT, load_config
+
+logger = logging.getLogger("benchmarks.editing")
+METHODS = "ROME+MEMIT+FT-L+FT-M+KN+IKE"
+N_PROBES = 16
+
+
+def edit_requests(dataset: str, config) -> list:
+    """The dataset's edit requests, as kg_build parses them (no KG needed)."""
+    sources = config["globals"]["sources"]
+    spec = sources[dataset]["edit_cases"]
+    path = Path(spec["filepath"])
+    if not path.is_absolute():
+        sources = {
+            dataset: {
+                **sources[dataset],
+                "edit_cases": {**spec, "filepath": str(PROJECT_ROOT / path)},
+            }
+        }
+    raw = EditCasesDataset(dataset, sources).load()
+    relations = RelationCatalog.from_config(config["parameters"]["relations"])
+    return requests_from_frame(parse_edit_cases(raw, relations))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The edits to time, the locality probes, and a warm-up edit outside both."""
+
+    requests: list
+    probes: list
+    warmup: object
+    context: EditContext
+
+
+def measure(lm, method: str, raw_hparams: dict, work: Workload) -> dict:
+    """Edit each request once, timing it, then time apply + revert of every delta."""
+    entry = get_method(method)
+    hparams = entry.hparams.from_dict(raw_hparams, method)
+    context, requests = work.context, work.requests
+    started = time.perf_counter()
+    entry.compute(lm, [work.warmup], hparams, context)
+    setup_s = time.perf_counter() - started
+    deltas, seconds = [], []
+    for request in requests:
+        started = time.perf_counter()
+        deltas.append(entry.compute(lm, [request], hparams, context))
+        seconds.append(time.perf_counter() - started)
+    sizes, apply_revert = [], []
+    with tempfile.TemporaryDirectory() as scratch:
+        for i, delta in enumerate(deltas):
+            path = Path(scratch) / f"{i}.safetensors"
+            save_delta(delta, path)
+            sizes.append(path.stat().st_size)
+            for _ in range(5):
+                started = time.perf_counter()
+                revert_delta(lm.model, apply_delta(lm.model, delta))
+                apply_revert.append(time.perf_counter() - started)
+    quality = measure_edits(lm, requests, deltas, work.probes)
+    delta_bytes = statistics.mean(sizes)
+    return {
+        "seconds_per_edit": round(statistics.mean(seconds), 3),
+        "delta_bytes": round(delta_bytes),
+        "model_bytes": lm.n_bytes,
+        "delta_fraction": delta_bytes / lm.n_bytes,
+        "apply_revert_ms": round(1000 * statistics.median(apply_revert), 3),
+        "edit_succ": sum(q.edit_succ for q in quality) / len(quality),
+        "locality": round(statistics.mean(q.locality for q in quality), 4),
+        "n_edits": len(requests),
+        "setup_s": round(setup_s, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="demo")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--n-edits", type=int, default=10)
+    parser.add_argument("--methods", default=METHODS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    config = load_config({"dataset": args.dataset, "model": args.model})
+    spec = model_spec(args.model, config["catalog"]["model"]["registry"])
+    models = PROJECT_ROOT / "data" / "06_models"
+    started = time.perf_counter()
+    lm = load_model(spec, models / args.model)
+    logger.info("Model loaded in %.2f s", time.perf_counter() - started)
+    requests = edit_requests(args.dataset, config)
+    work = Workload(
+        requests=requests[: args.n_edits],
+        probes=requests[args.n_edits : args.n_edits + N_PROBES],
+        warmup=requests[-1],
+        context=EditContext(stats_dir=models / "stats", pool=requests),
+    )
+    hparams = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"), args.model
+    ).load()
+    result = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        for method in args.methods.split("+"):
+            result[method.lower()] = measure(lm, method, hparams[method], work)
+            logger.info("%s: %s", method, result[method.lower()])
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

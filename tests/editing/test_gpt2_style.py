@@ -1,0 +1,123 @@
+"""GPT-2-style models: the gpt2-xl hparams templates on a small GPT-2 (Conv1D weights).
+
+No GPT-2 checkpoint is available offline, so this is a randomly initialised GPT2LMHeadModel
+(the real transformers architecture, 4 layers) with SmolLM2's tokenizer. It checks
+module paths and the transposed Conv1D layout, not edit quality.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from kebench.editing.datasets import EditHparamsDataset
+from kebench.editing.delta import apply_delta, revert_delta
+from kebench.editing.forward import get_module, weight_is_transposed
+from kebench.editing.registry import EditContext, get_method
+from kebench.editing.rewrite import average_keys, context_templates
+from kebench.models.loading import LoadedModel
+from kebench.project import PROJECT_ROOT
+from tests.editing.cases import demo_requests
+
+LAYER = 1
+
+
+@pytest.fixture(scope="module")
+def gpt2(lm) -> LoadedModel:
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(lm.tokenizer), n_positions=256, n_embd=64, n_layer=4, n_head=4
+    )
+    model = GPT2LMHeadModel(config).eval().requires_grad_(False)
+    return LoadedModel(
+        name="tiny-gpt2", model=model, tokenizer=lm.tokenizer, folder=lm.folder
+    )
+
+
+@pytest.fixture(scope="module")
+def gpt2_hparams() -> dict[str, dict]:
+    """The gpt2-xl files, on layer 1 of the small model, with short runs."""
+    found = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"), "gpt2-xl"
+    ).load()
+    found["ROME"].update(
+        layers=[LAYER], mom2_adjustment=False, context_template_length_params=[[3, 2]]
+    )
+    found["MEMIT"].update(
+        layers=[1, 2],
+        mom2_n_samples=8,
+        context_template_length_params=[[3, 2]],
+        v_num_grad_steps=3,
+    )
+    found["FT-M"].update(layers=[LAYER], num_steps=3)
+    found["KN"].update(layers=[0, 1], steps=4)
+    return found
+
+
+def edit(model: LoadedModel, method: str, hparams: dict, tmp_path):
+    entry = get_method(method)
+    context = EditContext(stats_dir=tmp_path, pool=demo_requests())
+    return entry.compute(
+        model, [demo_requests()[0]], entry.hparams.from_dict(hparams[method]), context
+    ), context
+
+
+def test_gpt2_projections_are_transposed(gpt2):
+    assert weight_is_transposed(
+        get_module(gpt2.model, f"transformer.h.{LAYER}.mlp.c_proj")
+    )
+    assert get_module(gpt2.model, f"transformer.h.{LAYER}.mlp.c_proj").weight.shape == (
+        256,
+        64,
+    )
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("method", ["ROME", "MEMIT", "FT-M", "KN"])
+def test_every_weight_method_runs_and_reverts_exactly(
+    gpt2, gpt2_hparams, tmp_path, method
+):
+    base = {n: t.clone() for n, t in gpt2.model.state_dict().items()}
+    delta, _ = edit(gpt2, method, gpt2_hparams, tmp_path)
+    assert delta.params
+    for name in delta.params:
+        assert name.startswith("transformer.h.") and name.endswith("mlp.c_proj.weight")
+    applied = apply_delta(gpt2.model, delta)
+    changed = {
+        n for n, t in gpt2.model.state_dict().items() if not torch.equal(t, base[n])
+    }
+    assert changed == set(delta.params)
+    revert_delta(gpt2.model, applied)
+    for name, tensor in gpt2.model.state_dict().items():
+        assert torch.equal(tensor, base[name]), name
+
+
+@pytest.mark.model
+def test_rome_rank_one_change_is_laid_out_for_conv1d(gpt2, gpt2_hparams, tmp_path):
+    delta, context = edit(gpt2, "ROME", gpt2_hparams, tmp_path)
+    ((name, change),) = delta.params.items()
+    assert change.tensors["left"].shape == (256, 1)  # the input side of a Conv1D weight
+    assert change.tensors["right"].shape == (64, 1)
+    path = name.removesuffix(".weight")
+    templates = context_templates(
+        gpt2, gpt2_hparams["ROME"]["context_template_length_params"], context
+    )
+    key = average_keys(gpt2, [demo_requests()[0]], templates, [path])[path]
+    module = get_module(gpt2.model, path)
+    with torch.no_grad():
+        before = module(key)
+        applied = apply_delta(gpt2.model, delta)
+        after = module(key)
+        revert_delta(gpt2.model, applied)
+    torch.testing.assert_close(
+        after - before, change.tensors["right"].T, rtol=1e-3, atol=1e-4
+    )
+
+
+@pytest.mark.model
+def test_kn_indexes_conv1d_rows(gpt2, gpt2_hparams, tmp_path):
+    delta, _ = edit(gpt2, "KN", gpt2_hparams, tmp_path)
+    for change in delta.params.values():
+        assert change.kind == "index" and change.dim == 0
+        assert change.tensors["values"].shape == (len(change.tensors["index"]), 64)
