@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kebench.editing.registry import hparams_name
 from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
@@ -129,11 +130,26 @@ def build_report(
     )
 
 
+def describe_run(
+    model: LoadedModel,
+    selected_edits: pd.DataFrame,
+    edit_hparams: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """What the run evaluated: model, methods, mode, and each method's hparams."""
+    methods = sorted(selected_edits["method"].unique())
+    return {
+        "model": model.name,
+        "methods": "+".join(methods),
+        "mode": selected_edits["mode"].iloc[0],
+        "hparams": {m: edit_hparams.get(hparams_name(m), {}) for m in methods},
+    }
+
+
 def track_metrics(
     metrics: pd.DataFrame, failed_edits: pd.DataFrame
 ) -> dict[str, dict[str, float]]:
-    """MLflow metrics, keyed ``<method>.<risk>.<probe_type>.<metric>`` (and ``.ci_*``),
-    plus ``<method>.failed_edits``."""
+    """MLflow metrics, keyed ``evaluation.<method>.<risk>.<probe_type>.<metric>`` (and
+    ``.ci_*``), plus ``evaluation.<method>.failed_edits``."""
     tracked = {}
     for row in metrics.to_dict("records"):
         key = f"{row['method']}.{row['risk']}.{row['probe_type']}.{row['metric']}"

@@ -5,6 +5,7 @@ from kedro.pipeline import Node, Pipeline
 from kebench.pipelines.evaluation.nodes import (
     build_report,
     compute_metrics,
+    describe_run,
     list_failed_edits,
     score_base_probes,
     score_edited_probes,
@@ -64,6 +65,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "consistency_distribution_plot",
                 ],
                 name="build_report",
+            ),
+            Node(
+                func=describe_run,
+                inputs=["model", "selected_edits", "edit_hparams"],
+                outputs="run_params",
+                name="describe_run",
             ),
             Node(
                 func=track_metrics,

@@ -1,0 +1,158 @@
+"""evaluation on the demo with the real SmolLM2: scores, metrics, report, MLflow."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+from mlflow.tracking import MlflowClient
+
+from kebench.pipelines.evaluation.nodes import (
+    list_failed_edits,
+    score_edited_probes,
+    track_metrics,
+)
+from kebench.project import PROJECT_ROOT, run_pipeline
+from kebench.schemas import METRICS, PROBE_SCORES
+
+UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
+EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 3}
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("evaluation")
+    for name in (*UPSTREAM, "editing", "evaluation"):
+        catalog = run_pipeline(name, EDITS, root)
+    return catalog
+
+
+def plain_logprob(lm, prompt: str, answer: str) -> float:
+    """log P(answer | prompt) one example at a time, with nothing but transformers."""
+    tokenizer = lm.tokenizer
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    answer_ids = tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt_ids + answer_ids])
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids).logits[0].double()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return sum(
+        float(logprobs[len(prompt_ids) - 1 + i, token])
+        for i, token in enumerate(answer_ids)
+    )
+
+
+@pytest.mark.model
+def test_pipeline_logprobs_match_a_plain_computation(evaluated, lm):
+    scores = evaluated.load("probe_scores")
+    probes = evaluated.load("probes").set_index("probe_id")
+    floor = scores[
+        (scores["method"] == "unedited") & scores["lp_base_old"].notna()
+    ].head(5)
+    assert len(floor) == 5
+    for row in floor.to_dict("records"):
+        probe = probes.loc[row["probe_id"]]
+        assert row["lp_base_old"] == pytest.approx(
+            plain_logprob(lm, probe["prompt"], probe["answer_old"]), abs=1e-4
+        )
+        assert row["lp_base_new"] == pytest.approx(
+            plain_logprob(lm, probe["prompt"], probe["answer_new"]), abs=1e-4
+        )
+
+
+@pytest.mark.model
+def test_scores_and_metrics_cover_every_method_with_the_floor(evaluated):
+    scores = PROBE_SCORES.validate(evaluated.load("probe_scores"))
+    assert set(scores["method"]) == {"unedited", "ROME", "IKE"}
+    # the floor is the base model: its edited columns are its base columns
+    floor = scores[scores["method"] == "unedited"]
+    pd.testing.assert_series_equal(
+        floor["lp_edit_new"], floor["lp_base_new"], check_names=False
+    )
+    metrics = METRICS.validate(evaluated.load("metrics"))
+    rome = metrics[(metrics["method"] == "ROME")].set_index(["probe_type", "metric"])
+    assert rome.loc[("direct", "edit_succ"), "value"] >= 2 / 3
+    assert ("direct-entailed", "gap") in rome.index and (
+        "entailed",
+        "consistency",
+    ) in rome.index
+    assert set(metrics["protocol"]) >= {"prob", "token", "argmax", "gen"}
+    assert (metrics["ci_low"] <= metrics["value"] + 1e-12).all()
+    report = evaluated.load("evaluation_report")
+    assert "| smollm2-135m | ROME |" in report and "Gap" in report
+
+
+@pytest.mark.model
+def test_failed_edits_are_excluded_and_counted(evaluated, lm):
+    selected = evaluated.load("edit_manifest")
+    selected = selected[selected["method"] == "ROME"].copy()
+    failed_case = selected["case_id"].iloc[0]
+    selected.loc[
+        selected["case_id"] == failed_case, ["status", "reason", "delta_file"]
+    ] = ["failed", "norm explosion", None]
+    scores = score_edited_probes(
+        lm,
+        evaluated.load("probes"),
+        evaluated.load("base_probe_scores"),
+        selected,
+        evaluated.load("edit_deltas_stored"),
+        {"batch_size": 16, "generation": {"probe_types": [], "max_new_tokens": 1}},
+    )
+    assert failed_case not in set(scores["case_id"])
+    failed = list_failed_edits(selected)
+    assert failed["case_id"].tolist() == [failed_case]
+    tracked = track_metrics(evaluated.load("metrics"), failed)
+    assert tracked["ROME.failed_edits"]["value"] == 1.0
+
+
+@pytest.mark.model
+def test_mlflow_run_logs_metrics_and_artifacts(evaluated, tmp_path, monkeypatch):
+    """`kedro run --pipelines=evaluation` in a project copy, tracked in a tmp SQLite store."""
+    project = tmp_path / "project"
+    shutil.copytree(
+        PROJECT_ROOT,
+        project,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "data", "*.egg-info", "__pycache__", "mlflow.db", "mlruns"
+        ),
+    )
+    source = evaluated.load(
+        "edit_deltas_stored"
+    ).root.parent  # data/07_model_output/demo/<model>
+    target = project / "data/07_model_output/demo/smollm2-135m"
+    shutil.copytree(source, target)
+    shutil.copytree(
+        source.parents[2] / "05_model_input", project / "data/05_model_input"
+    )
+    shutil.copytree(PROJECT_ROOT / "data/01_raw/demo", project / "data/01_raw/demo")
+    store = tmp_path / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    monkeypatch.chdir(project)
+    bootstrap_project(project)
+    with KedroSession.create(
+        project_path=project, runtime_params={"method": "ROME"}
+    ) as session:
+        session.run(pipeline_names=["evaluation"])
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    (run,) = client.search_runs(client.get_experiment_by_name("kebench").experiment_id)
+    keys = set(run.data.metrics)
+    assert {
+        "evaluation.ROME.counterfactual.direct.edit_succ",
+        "evaluation.ROME.counterfactual.direct-entailed.gap",
+        "evaluation.unedited.counterfactual.direct.edit_succ",
+        "evaluation.ROME.failed_edits",
+    } <= keys
+    params = run.data.params
+    assert params["evaluation.methods"] == "ROME" and params["model"] == "smollm2-135m"
+    assert params["hparams.ROME.layers"] == "[5]"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {
+        "report.md",
+        "metrics.csv",
+        "direct_vs_entailed.png",
+        "consistency_distribution.png",
+    } <= artifacts
