@@ -163,8 +163,12 @@ PROBES = pa.DataFrameSchema(
         "probe_type": pa.Column(str, pa.Check.isin(PROBE_TYPES)),
         "risk": pa.Column(str, pa.Check.isin(RISKS)),
         "subject": pa.Column(str),  # the edited subject of the case
-        "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),  # scored as P(answer | prompt)
-        "question": pa.Column(str, nullable=True),  # the natural question, when there is one
+        "prompt": pa.Column(
+            str, pa.Check.str_length(min_value=1)
+        ),  # scored as P(answer | prompt)
+        "question": pa.Column(
+            str, nullable=True
+        ),  # the natural question, when there is one
         "answer_old": pa.Column(str, nullable=True),  # unknown for injected claims
         "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
         "rule_id": pa.Column(str, nullable=True),  # entailed probes only
@@ -176,7 +180,10 @@ PROBES = pa.DataFrameSchema(
             error="rule_id is set exactly on entailed probes",
         ),
         pa.Check(
-            lambda df: (df["probe_type"] != "locality") | (df["answer_old"] == df["answer_new"]),
+            lambda df: (
+                (df["probe_type"] != "locality")
+                | (df["answer_old"] == df["answer_new"])
+            ),
             error="a locality probe's answer must not change",
         ),
     ],
