@@ -30,7 +30,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     it finished and the next run skips them.
     """
     requests = requests_from_frame(edit_requests)
-    if params.get("n_edits") is not None:
+    if params.get("n_edits") not in (None, "all"):
         requests = requests[: int(params["n_edits"])]
     jobs = [
         make_job(
