@@ -35,38 +35,59 @@ def wait_for_json(url: str, process: subprocess.Popen, timeout_s: float = 120) -
     raise TimeoutError(f"{url} did not answer within {timeout_s} s")
 
 
-@pytest.fixture(scope="module")
-def viz_server():
-    """`kedro viz run` on a free port, in its own process group, stopped afterwards."""
+def start_viz(log_path: Path) -> tuple[subprocess.Popen, int]:
+    """`kedro viz run` on a free port, in its own process group, logging to a file."""
     port = free_port()
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
-    process = subprocess.Popen(
-        [
-            str(Path(os.sys.executable).with_name("kedro")),
-            "viz",
-            "run",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-browser",
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        data = wait_for_json(f"http://127.0.0.1:{port}/api/main", process)
-        yield f"http://127.0.0.1:{port}", data
-    finally:
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [
+                str(Path(os.sys.executable).with_name("kedro")),
+                "viz",
+                "run",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-browser",
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process, port
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def viz_server(tmp_path_factory: pytest.TempPathFactory):
+    """A kedro-viz server, stopped with its whole process group afterwards. One retry:
+    a free port can be taken between choosing it and binding it."""
+    log_path = tmp_path_factory.mktemp("viz") / "viz.log"
+    for attempt in (1, 2):
+        process, port = start_viz(log_path)
+        try:
+            data = wait_for_json(f"http://127.0.0.1:{port}/api/main", process)
+            break
+        except RuntimeError:
+            stop(process)
+            if attempt == 2:
+                raise RuntimeError(log_path.read_text()[-3000:]) from None
+    try:
+        yield f"http://127.0.0.1:{port}", data
+    finally:
+        stop(process)
 
 
 @pytest.mark.server
