@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -16,7 +15,7 @@ import pytest
 from kedro.framework.project import pipelines
 from kedro.framework.startup import bootstrap_project
 
-from kebench.kg.oxigraph_server import free_port
+from kebench.kg.oxigraph_server import free_port, stop_process_group
 from kebench.project import PROJECT_ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -60,16 +59,6 @@ def start_viz(log_path: Path) -> tuple[subprocess.Popen, int]:
     return process, port
 
 
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
 @pytest.fixture(scope="module")
 def viz_server(tmp_path_factory: pytest.TempPathFactory):
     """A kedro-viz server, stopped with its whole process group afterwards. One retry:
@@ -81,13 +70,13 @@ def viz_server(tmp_path_factory: pytest.TempPathFactory):
             data = wait_for_json(f"http://127.0.0.1:{port}/api/main", process)
             break
         except RuntimeError:
-            stop(process)
+            stop_process_group(process, timeout_s=15)
             if attempt == 2:
                 raise RuntimeError(log_path.read_text()[-3000:]) from None
     try:
         yield f"http://127.0.0.1:{port}", data
     finally:
-        stop(process)
+        stop_process_group(process, timeout_s=15)
 
 
 @pytest.mark.server

@@ -118,10 +118,15 @@ def serve(
         _wait_for_port(host, port, process, timeout_s)
         yield f"http://{host}:{port}/query"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_process_group(process)
+
+
+def stop_process_group(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop a server started with ``start_new_session``: its whole group, then wait."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
