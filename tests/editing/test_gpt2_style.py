@@ -55,9 +55,9 @@ def gpt2_hparams() -> dict[str, dict]:
     return found
 
 
-def edit(model: LoadedModel, method: str, hparams: dict, tmp_path):
+def edit(model: LoadedModel, method: str, hparams: dict, stats_dir):
     entry = get_method(method)
-    context = EditContext(stats_dir=tmp_path, pool=demo_requests())
+    context = EditContext(stats_dir=stats_dir, pool=demo_requests())
     return entry.compute(
         model, [demo_requests()[0]], entry.hparams.from_dict(hparams[method]), context
     ), context
@@ -76,10 +76,10 @@ def test_gpt2_projections_are_transposed(gpt2):
 @pytest.mark.model
 @pytest.mark.parametrize("method", ["ROME", "MEMIT", "FT-M", "KN"])
 def test_every_weight_method_runs_and_reverts_exactly(
-    gpt2, gpt2_hparams, tmp_path, method
+    gpt2, gpt2_hparams, stats_dir, method
 ):
     base = {n: t.clone() for n, t in gpt2.model.state_dict().items()}
-    delta, _ = edit(gpt2, method, gpt2_hparams, tmp_path)
+    delta, _ = edit(gpt2, method, gpt2_hparams, stats_dir)
     assert delta.params
     for name in delta.params:
         assert name.startswith("transformer.h.") and name.endswith("mlp.c_proj.weight")
@@ -94,8 +94,8 @@ def test_every_weight_method_runs_and_reverts_exactly(
 
 
 @pytest.mark.model
-def test_rome_rank_one_change_is_laid_out_for_conv1d(gpt2, gpt2_hparams, tmp_path):
-    delta, context = edit(gpt2, "ROME", gpt2_hparams, tmp_path)
+def test_rome_rank_one_change_is_laid_out_for_conv1d(gpt2, gpt2_hparams, stats_dir):
+    delta, context = edit(gpt2, "ROME", gpt2_hparams, stats_dir)
     ((name, change),) = delta.params.items()
     assert change.tensors["left"].shape == (256, 1)  # the input side of a Conv1D weight
     assert change.tensors["right"].shape == (64, 1)
@@ -116,8 +116,8 @@ def test_rome_rank_one_change_is_laid_out_for_conv1d(gpt2, gpt2_hparams, tmp_pat
 
 
 @pytest.mark.model
-def test_kn_indexes_conv1d_rows(gpt2, gpt2_hparams, tmp_path):
-    delta, _ = edit(gpt2, "KN", gpt2_hparams, tmp_path)
+def test_kn_indexes_conv1d_rows(gpt2, gpt2_hparams, stats_dir):
+    delta, _ = edit(gpt2, "KN", gpt2_hparams, stats_dir)
     for change in delta.params.values():
         assert change.kind == "index" and change.dim == 0
         assert change.tensors["values"].shape == (len(change.tensors["index"]), 64)

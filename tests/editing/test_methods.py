@@ -38,8 +38,8 @@ def hparams() -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, demo) -> EditContext:
-    return EditContext(stats_dir=tmp_path_factory.mktemp("stats"), pool=demo)
+def context(stats_dir, demo) -> EditContext:
+    return EditContext(stats_dir=stats_dir, pool=demo)
 
 
 def edit_each(lm, method: str, requests, hparams, context) -> list[Delta]:
@@ -81,12 +81,12 @@ def test_demo_edits_succeed_and_stay_local(lm, demo, hparams, context, method):
 @pytest.mark.model
 @pytest.mark.parametrize("method", ["ROME", "FT-L"])
 def test_mquake_edit_succ_within_ten_points_of_easyedit(
-    lm, data_dir, hparams, tmp_path, method
+    lm, data_dir, hparams, stats_dir, method
 ):
     """EasyEdit at HEAD on SmolLM2-135M, first 20 distinct MQuAKE-T edits (issue 4)."""
     easyedit = EASYEDIT_EDIT_SUCC[method]
     requests = mquake_requests(data_dir)
-    context = EditContext(stats_dir=tmp_path, pool=requests)
+    context = EditContext(stats_dir=stats_dir, pool=requests)
     edited = requests[:N_EDITS]
     deltas = edit_each(lm, method, edited, hparams, context)
     edit_succ, _ = summarise(

@@ -66,7 +66,7 @@ def test_file_stems_are_safe_and_distinct():
 
 @pytest.mark.model
 def test_a_diverging_edit_is_recorded_as_failed_and_the_run_goes_on(
-    lm, demo, hparams, tmp_path
+    lm, demo, hparams, stats_dir, tmp_path
 ):
     store = DeltaStore(tmp_path)
     exploding = {**hparams["FT-M"], "lr": 1.0e3, "num_steps": 3}
@@ -80,7 +80,7 @@ def test_a_diverging_edit_is_recorded_as_failed_and_the_run_goes_on(
         demo[:2],
         jobs,
         store=store,
-        context=EditContext(tmp_path / "stats", pool=demo),
+        context=EditContext(stats_dir, pool=demo),
     )
     assert [o.row["status"] for o in outcomes] == ["failed", "failed", "ok", "ok"]
     for outcome in outcomes[:2]:
@@ -94,7 +94,7 @@ def test_a_diverging_edit_is_recorded_as_failed_and_the_run_goes_on(
 
 @pytest.mark.model
 def test_sequential_edits_accumulate_and_are_undone_after_the_run(
-    lm, demo, hparams, tmp_path
+    lm, demo, hparams, stats_dir, tmp_path
 ):
     store = DeltaStore(tmp_path)
     requests = [demo[0], demo[13], demo[28]]  # three subjects, three relations
@@ -105,7 +105,7 @@ def test_sequential_edits_accumulate_and_are_undone_after_the_run(
         requests,
         [job],
         store=store,
-        context=EditContext(tmp_path / "stats", pool=demo),
+        context=EditContext(stats_dir, pool=demo),
     )
     for name, tensor in lm.model.state_dict().items():
         assert torch.equal(tensor, base[name]), name
@@ -131,7 +131,7 @@ def test_sequential_edits_accumulate_and_are_undone_after_the_run(
         requests[1:2],
         [single],
         store=store,
-        context=EditContext(tmp_path / "stats", pool=demo),
+        context=EditContext(stats_dir, pool=demo),
     )
     fresh = store.load(alone[0].row["delta_file"])
     ((name, change),) = fresh.params.items()
@@ -141,10 +141,12 @@ def test_sequential_edits_accumulate_and_are_undone_after_the_run(
 
 
 @pytest.mark.model
-def test_batch_mode_stores_one_delta_for_a_batch(lm, demo, hparams, tmp_path):
+def test_batch_mode_stores_one_delta_for_a_batch(
+    lm, demo, hparams, stats_dir, tmp_path
+):
     store = DeltaStore(tmp_path)
     job = make_job("MEMIT", {**hparams["MEMIT"], "batch_size": 3}, "batch", "MEMIT")
-    context = EditContext(tmp_path / "stats", pool=demo)
+    context = EditContext(stats_dir, pool=demo)
     outcomes = run(lm, demo[:3], [job], store=store, context=context)
     files = {o.row["delta_file"] for o in outcomes}
     assert len(files) == 1 and next(iter(files)).startswith("MEMIT/batch/batch-")
@@ -158,10 +160,10 @@ def test_batch_mode_stores_one_delta_for_a_batch(lm, demo, hparams, tmp_path):
 
 @pytest.mark.model
 def test_a_rerun_skips_stored_edits_and_redoes_changed_ones(
-    lm, demo, hparams, tmp_path
+    lm, demo, hparams, stats_dir, tmp_path
 ):
     store = DeltaStore(tmp_path)
-    context = EditContext(tmp_path / "stats", pool=demo)
+    context = EditContext(stats_dir, pool=demo)
     job = make_job("ROME", hparams["ROME"], "single", "ROME")
     first = run(lm, demo[:2], [job], store=store, context=context)
     assert len(first) == 2

@@ -37,3 +37,9 @@ def shared_model(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
 def lm(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     """The shared model (import this fixture into a test folder's conftest)."""
     return shared_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def stats_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Covariance statistics of the session, computed once and shared by every test."""
+    return tmp_path_factory.getbasetemp() / "stats"

@@ -35,7 +35,8 @@ def _agreement(edited: Sequence[AnswerScore], base: Sequence[AnswerScore]) -> fl
         for e, o in zip(edited, base, strict=True)
         for a, b in zip(e.argmax_ids, o.argmax_ids, strict=True)
     )
-    return same / sum(o.n_tokens for o in base)
+    total = sum(o.n_tokens for o in base)
+    return same / total if total else float("nan")
 
 
 def measure_edits(
@@ -45,7 +46,7 @@ def measure_edits(
     probes: Sequence[EditRequest],
 ) -> list[EditQuality]:
     """EditSucc and locality of each request's delta; ``probes`` about the request's own
-    subject are left out of its locality."""
+    subject are left out of its locality (NaN without probes)."""
     model, tokenizer = lm.model, lm.tokenizer
     base_true = score_answers(
         model, tokenizer, [r.text for r in requests], [r.target_true for r in requests]

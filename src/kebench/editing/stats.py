@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kebench.datasets.atomic import atomic_path
-from kebench.editing.forward import Batch, get_module, run_until
+from kebench.editing.forward import Batch, StopForward, get_module, run_until
 from kebench.editing.registry import EditContext
 from kebench.models.loading import LoadedModel
 
@@ -36,6 +36,7 @@ MODEL_SAMPLES = "model_samples"
 SAMPLE_TOKENS = 64
 MAX_TOKENS = 128
 BATCH_SIZE = 16
+SAMPLE_BATCH = 64
 
 
 def corpus_id(dataset: str, n_samples: int, seed: int) -> str:
@@ -58,8 +59,8 @@ def sample_texts(lm: LoadedModel, n_samples: int, seed: int) -> list[str]:
     texts: list[str] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for start in range(0, n_samples, BATCH_SIZE * 2):
-            count = min(BATCH_SIZE * 2, n_samples - start)
+        for start in range(0, n_samples, SAMPLE_BATCH):
+            count = min(SAMPLE_BATCH, n_samples - start)
             starters = [STARTERS[(start + i) % len(STARTERS)] for i in range(count)]
             inputs = tokenizer(
                 starters, return_tensors="pt", padding=True, padding_side="left"
@@ -100,13 +101,17 @@ def accumulate_moments(
 ) -> tuple[dict[str, torch.Tensor], int]:
     """Sum of k kᵀ over every non-padding token of ``texts``, per module input."""
     sums: dict[str, torch.Tensor] = {}
-    mask_now: dict[str, torch.Tensor] = {}
+    batch_state: dict[str, object] = {}
     handles = []
 
     def hook_for(path: str) -> object:
         def hook(_module: torch.nn.Module, args: tuple, _output: object) -> None:
-            keys = args[0][mask_now["mask"]].to(dtype)
+            keys = args[0][batch_state["mask"]].to(dtype)
             sums[path] = sums.get(path, 0) + keys.T @ keys
+            seen = batch_state["seen"]
+            seen.add(path)
+            if len(seen) == len(paths):
+                raise StopForward  # the layers above are not needed
 
         return hook
 
@@ -123,7 +128,7 @@ def accumulate_moments(
                 if ids
             ]
             batch = Batch.of(sequences, lm.tokenizer.pad_token_id, lm.device)
-            mask_now["mask"] = batch.mask.bool()
+            batch_state.update(mask=batch.mask.bool(), seen=set())
             count += int(batch.mask.sum())
             run_until(lm.model, batch)
     finally:

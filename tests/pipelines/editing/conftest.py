@@ -1,3 +1,3 @@
-"""The real SmolLM2 model (fixture ``lm``), shared by the whole test session."""
+"""The real SmolLM2 model (``lm``) and its statistics cache, shared by the session."""
 
-from tests.models.shared import lm  # noqa: F401 - a fixture
+from tests.models.shared import lm, stats_dir  # noqa: F401 - fixtures
