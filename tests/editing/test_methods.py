@@ -73,7 +73,9 @@ def test_every_method_has_smollm2_hparams(hparams):
 def test_demo_edits_succeed_and_stay_local(lm, demo, hparams, context, method):
     requests = demo[:N_EDITS]
     deltas = edit_each(lm, method, requests, hparams, context)
-    edit_succ, locality = summarise(lm, method, requests, deltas, demo[N_EDITS:])
+    edit_succ, locality = summarise(
+        lm, method, requests, deltas, demo[N_EDITS : N_EDITS + 16]
+    )
     assert edit_succ >= 0.9
     assert locality >= 0.85
 
@@ -163,7 +165,8 @@ def test_ft_l_respects_its_norm_bound(lm, demo, hparams, context):
             hparams["FT-L"]["layers"][0]
         )
         assert change.kind == "dense"
-        assert 0 < float(change.tensors["values"].abs().max()) <= bound * (1 + 1e-5)
+        # Within the bound, up to float32 rounding of the clamped weights.
+        assert 0 < float(change.tensors["values"].abs().max()) <= bound + 1e-6
 
 
 @pytest.mark.model

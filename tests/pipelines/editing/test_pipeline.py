@@ -27,6 +27,7 @@ N_EDITS = 4
 
 def copy_project(root: Path, model_folder: Path) -> Path:
     """Conf, code and demo data of the project, with the converted model linked in."""
+    root.mkdir(parents=True, exist_ok=True)
     for name in ("pyproject.toml", ".telemetry"):
         shutil.copy(PROJECT_ROOT / name, root / name)
     shutil.copytree(
