@@ -111,14 +111,8 @@ def measure(lm, method: str, raw_hparams: dict, work: Workload) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="demo")
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--n-edits", type=int, default=10)
-    parser.add_argument("--methods", default=METHODS)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+def run(args: argparse.Namespace) -> dict[str, dict]:
+    """Load the model and requests, then measure every method."""
     config = load_config({"dataset": args.dataset, "model": args.model})
     spec = model_spec(args.model, config["catalog"]["model"]["registry"])
     models = PROJECT_ROOT / "data" / "06_models"
@@ -136,10 +130,22 @@ def main() -> None:
         str(PROJECT_ROOT / "conf" / "base" / "hparams"), args.model
     ).load()
     result = {}
+    for method in args.methods.split("+"):
+        result[method.lower()] = measure(lm, method, hparams[method], work)
+        logger.info("%s: %s", method, result[method.lower()])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="demo")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--n-edits", type=int, default=10)
+    parser.add_argument("--methods", default=METHODS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):
-        for method in args.methods.split("+"):
-            result[method.lower()] = measure(lm, method, hparams[method], work)
-            logger.info("%s: %s", method, result[method.lower()])
+        result = run(args)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

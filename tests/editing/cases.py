@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from kebench.editing.datasets import EditHparamsDataset
+from kebench.editing.delta import Delta, apply_delta, revert_delta
+from kebench.editing.forward import get_module
+from kebench.editing.registry import EditContext
 from kebench.editing.requests import EditRequest, requests_from_frame
+from kebench.editing.rewrite import average_keys, context_templates
 from kebench.kg.edit_cases import (
     RawEditCases,
     RelationCatalog,
     load_edit_case_file,
     parse_edit_cases,
 )
+from kebench.models.loading import LoadedModel
 from kebench.project import PROJECT_ROOT, load_config
 from tests.models.shared import MODEL
 
@@ -43,3 +50,24 @@ def project_hparams() -> dict[str, dict]:
     return EditHparamsDataset(
         str(PROJECT_ROOT / "conf" / "base" / "hparams"), MODEL
     ).load()
+
+
+def output_change_at_key(
+    lm: LoadedModel,
+    delta: Delta,
+    request: EditRequest,
+    length_params: list[list[int]],
+    context: EditContext,
+) -> torch.Tensor:
+    """How a one-module delta changes that module's output for the request's ROME key."""
+    ((name, _change),) = delta.params.items()
+    path = name.removesuffix(".weight")
+    templates = context_templates(lm, length_params, context)
+    key = average_keys(lm, [request], templates, [path])[path]
+    module = get_module(lm.model, path)
+    with torch.no_grad():
+        before = module(key)
+        applied = apply_delta(lm.model, delta)
+        after = module(key)
+        revert_delta(lm.model, applied)
+    return after - before

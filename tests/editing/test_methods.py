@@ -14,12 +14,15 @@ from kebench.editing.delta import (
     revert_delta,
     save_delta,
 )
-from kebench.editing.forward import get_module
 from kebench.editing.quality import measure_edits
 from kebench.editing.registry import EditContext, get_method, method_names
 from kebench.editing.requests import EditRequest
-from kebench.editing.rewrite import average_keys, context_templates
-from tests.editing.cases import demo_requests, mquake_requests, project_hparams
+from tests.editing.cases import (
+    demo_requests,
+    mquake_requests,
+    output_change_at_key,
+    project_hparams,
+)
 
 logger = logging.getLogger(__name__)
 N_EDITS = 20
@@ -136,23 +139,16 @@ def test_rome_delta_is_two_vectors_mapping_the_key_to_its_target(
 ):
     (delta,) = edit_each(lm, "ROME", [demo[1]], hparams, context)
     ((name, change),) = delta.params.items()
+    assert name == "model.layers.5.mlp.down_proj.weight"
     assert change.kind == "low_rank"
     assert change.tensors["left"].shape == (576, 1)
     assert change.tensors["right"].shape == (1536, 1)
     assert delta.nbytes() == 4 * (576 + 1536)
-    path = name.removesuffix(".weight")
-    rome = get_method("ROME").hparams.from_dict(hparams["ROME"])
-    templates = context_templates(lm, rome.context_template_length_params, context)
-    key = average_keys(lm, [demo[1]], templates, [path])[path]
-    module = get_module(lm.model, path)
-    with torch.no_grad():
-        before = module(key)
-        applied = apply_delta(lm.model, delta)
-        after = module(key)
-        revert_delta(lm.model, applied)
+    lengths = hparams["ROME"]["context_template_length_params"]
+    change_at_key = output_change_at_key(lm, delta, demo[1], lengths, context)
     # W' k = W k + u (vᵀk) with vᵀk = 1: the key now maps to the optimised target.
     torch.testing.assert_close(
-        after - before, change.tensors["left"].T, rtol=1e-3, atol=1e-3
+        change_at_key, change.tensors["left"].T, rtol=1e-3, atol=1e-3
     )
 
 
