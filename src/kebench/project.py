@@ -42,17 +42,29 @@ def _relocate(
     return entry
 
 
+def _untracked(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry without MLflow tracking: an MLflow artifact keeps only its file, and
+    MLflow metrics stay in memory (their fluent logging would start a run)."""
+    kind = str(entry.get("type", ""))
+    if kind.startswith("kedro_mlflow.io.artifacts."):
+        return dict(entry["dataset"])
+    if kind.startswith("kedro_mlflow.io.metrics."):
+        return {"type": "MemoryDataset"}
+    return entry
+
+
 def project_catalog(
     runtime_params: dict[str, Any], output_root: Path, project_root: Path = PROJECT_ROOT
 ) -> DataCatalog:
     """The project's catalog with every non-raw file moved under ``output_root``.
 
     Raw inputs keep their paths, resolved against ``project_root``; parameters are
-    added as ``params:<name>`` entries, as a Kedro session would.
+    added as ``params:<name>`` entries, as a Kedro session would. MLflow datasets
+    lose their tracking, so that no run is started behind the caller's back.
     """
     config = load_config(runtime_params, project_root)
     entries = {
-        name: _relocate(dict(entry), project_root, Path(output_root))
+        name: _relocate(_untracked(dict(entry)), project_root, Path(output_root))
         for name, entry in config["catalog"].items()
     }
     for entry in entries.values():

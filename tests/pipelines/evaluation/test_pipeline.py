@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import mlflow
 import pandas as pd
 import pytest
 import torch
@@ -112,6 +113,8 @@ def test_failed_edits_are_excluded_and_counted(evaluated, lm):
 @pytest.mark.model
 def test_mlflow_run_logs_metrics_and_artifacts(evaluated, tmp_path, monkeypatch):
     """`kedro run --pipelines=evaluation` in a project copy, tracked in a tmp SQLite store."""
+    # the earlier in-process runs must not have left a run open for this one to reuse
+    assert mlflow.active_run() is None
     project = tmp_path / "project"
     shutil.copytree(
         PROJECT_ROOT,
