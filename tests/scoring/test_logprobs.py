@@ -21,6 +21,11 @@ ANSWERS = [
     "Portuguese",
     " William Shakespeare",
 ]
+# a probe's old and new answers share their prompt's forward pass
+SHARED = [
+    ("The capital of France is", "Lyon"),
+    ("Barack Obama is a citizen of", "the Republic of Kenya"),
+]
 
 
 def test_answer_text_adds_one_leading_space():
@@ -62,9 +67,11 @@ def plain_logprob(lm, prompt: str, answer: str) -> tuple[float, list[int]]:
 @pytest.mark.model
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_batched_scores_match_plain_computation(lm, side):
-    expected = [plain_logprob(lm, p, a) for p, a in zip(PROMPTS, ANSWERS, strict=True)]
+    prompts = PROMPTS + [p for p, _ in SHARED]
+    answers = ANSWERS + [a for _, a in SHARED]
+    expected = [plain_logprob(lm, p, a) for p, a in zip(prompts, answers, strict=True)]
     scores = score_answers(
-        lm.model, lm.tokenizer, PROMPTS, ANSWERS, batch_size=4, padding_side=side
+        lm.model, lm.tokenizer, prompts, answers, batch_size=4, padding_side=side
     )
     for score, (logprob, argmax) in zip(scores, expected, strict=True):
         assert score.logprob == pytest.approx(logprob, abs=1e-4)
@@ -95,3 +102,17 @@ def test_leading_space_and_token_counts(lm):
 def test_mismatched_lengths_are_refused(lm):
     with pytest.raises(ValueError, match="2 prompts but 1 answers"):
         score_answers(lm.model, lm.tokenizer, ["a", "b"], ["c"])
+
+
+@pytest.mark.model
+def test_an_answer_past_the_context_is_refused(lm):
+    limit = lm.model.config.max_position_embeddings
+    with pytest.raises(
+        ValueError, match=f"pair 1: .* past the model's context of {limit}"
+    ):
+        score_answers(
+            lm.model,
+            lm.tokenizer,
+            ["The capital of France is", "Paris is"],
+            ["Paris", " the capital" * limit],
+        )

@@ -60,20 +60,17 @@ def score_pass(
     batch_size = settings.batch_size
     prompts = [prefix + p for p in probes["prompt"]]
     has_old = probes["answer_old"].notna().to_numpy()
-    new = score_answers(
+    old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
+    # one call, so that a probe's two answers share its prompt's forward pass
+    scored = score_answers(
         lm.model,
         lm.tokenizer,
-        prompts,
-        list(probes["answer_new"]),
+        prompts + old_prompts,
+        [*probes["answer_new"], *probes.loc[has_old, "answer_old"]],
         batch_size=batch_size,
     )
-    old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
-    old_answers = list(probes.loc[has_old, "answer_old"])
-    old = iter(
-        score_answers(
-            lm.model, lm.tokenizer, old_prompts, old_answers, batch_size=batch_size
-        )
-    )
+    new = scored[: len(prompts)]
+    old = iter(scored[len(prompts) :])
     rows = []
     for keep, new_score in zip(has_old, new, strict=True):
         old_score = next(old) if keep else None

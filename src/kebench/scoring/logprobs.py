@@ -100,8 +100,25 @@ def forward_padded(
     return logits, offsets
 
 
+def context_length(model: PreTrainedModel) -> int | None:
+    """The longest sequence the model's positions allow, when its config says."""
+    config = model.config
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _positions_to_keep(lengths: Sequence[int], width: int, side: str) -> list[int]:
+    """Sequence positions (in a batch padded to ``width``) of each row's tokens."""
+    return sorted(
+        {(width - n if side == "left" else 0) + j for n in lengths for j in range(n)}
+    )
+
+
 @torch.no_grad()
-def score_answers(  # noqa: PLR0913 - batching options are keyword-only
+def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
@@ -112,12 +129,17 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
 ) -> list[AnswerScore]:
     """Score each answer after its prompt, in padded batches.
 
+    Pairs that share a prompt (a probe's old and new answer) share its forward pass:
+    the batch of distinct prompts runs once with a KV cache, which is then repeated for
+    each of their answers; the answers' own pass is skipped when every answer is one
+    token long. The first answer token is scored from the prompt pass's last position.
+
     Args:
         model: a causal LM.
         tokenizer: its tokenizer; its pad token (or EOS) fills the padding.
         prompts: the prompts, complete text (no ``{}`` left).
         answers: one answer per prompt.
-        batch_size: rows per forward pass.
+        batch_size: distinct prompts per forward pass.
         padding_side: ``left`` or ``right``; default: the tokenizer's.
     """
     if len(prompts) != len(answers):
@@ -126,43 +148,108 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.eos_token_id
+    limit = context_length(model)
     pairs = [
         encode_pair(tokenizer, p, a) for p, a in zip(prompts, answers, strict=True)
     ]
-    scores: list[AnswerScore] = []
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start : start + batch_size]
-        width = max(len(p) + len(a) for p, a in chunk)
-        firsts = [
-            (width - len(p) - len(a) if side == "left" else 0) + len(p) - 1
-            for p, a in chunk
-        ]
-        needed = sorted(
-            {
-                f + j
-                for f, (_, a) in zip(firsts, chunk, strict=True)
-                for j in range(len(a))
-            }
-        )
-        column = {position: i for i, position in enumerate(needed)}
-        logits, _ = forward_padded(
-            model, [p + a for p, a in chunk], pad_id, side, keep=torch.tensor(needed)
-        )
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        for row, ((_, answer_ids), first) in enumerate(zip(chunk, firsts, strict=True)):
-            at = torch.tensor([column[first + j] for j in range(len(answer_ids))])
-            target = torch.tensor(answer_ids, device=logprobs.device)
-            token_lp = (
-                logprobs[row, at.to(logprobs.device)]
-                .gather(1, target[:, None])
-                .squeeze(1)
+    for index, (prompt_ids, answer_ids) in enumerate(pairs):
+        if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
+            raise ValueError(
+                f"pair {index}: prompt {prompts[index][:60]!r} and its answer take "
+                f"{len(prompt_ids) + len(answer_ids)} tokens, past the model's "
+                f"context of {limit}"
             )
-            scores.append(
+    # distinct prompts (by text), each with the indices of its pairs
+    groups: dict[str, list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        groups.setdefault(prompt, []).append(index)
+    order = list(groups.values())
+    scores: dict[int, AnswerScore] = {}
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for index, score in _score_chunk(model, pairs, chunk, pad_id, side):
+            scores[index] = score
+    return [scores[i] for i in range(len(pairs))]
+
+
+def _score_chunk(  # noqa: PLR0914 - one prompt pass, one answer pass
+    model: PreTrainedModel,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    chunk: Sequence[Sequence[int]],
+    pad_id: int,
+    side: str,
+) -> list[tuple[int, AnswerScore]]:
+    """Scores of the pairs of ``chunk`` (lists of pair indices sharing a prompt)."""
+    device = next(model.parameters()).device
+    prompt_seqs = [pairs[members[0]][0] for members in chunk]
+    width = max(len(p) for p in prompt_seqs)
+    last = [(width - 1 if side == "left" else len(p) - 1) for p in prompt_seqs]
+    ids, mask, positions, _ = pad_batch(prompt_seqs, pad_id, side)
+    keep = sorted(set(last))
+    output = model(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+        use_cache=True,
+        logits_to_keep=torch.tensor(keep, device=device),
+    )
+    column = {position: i for i, position in enumerate(keep)}
+    first_logprobs = torch.log_softmax(
+        output.logits[torch.arange(len(chunk)), [column[p] for p in last]].float(),
+        dim=-1,
+    )
+    # one row per pair: which prompt row it continues, and its answer
+    rows = [(r, i) for r, members in enumerate(chunk) for i in members]
+    answers = [pairs[i][1] for _, i in rows]
+    rest_logprobs = None
+    rest_width = max(len(a) for a in answers) - 1
+    if rest_width > 0:
+        row_index = torch.tensor([r for r, _ in rows], device=device)
+        cache = output.cache
+        cache.reorder_cache(row_index)
+        # each answer but its last token is input; scored positions are per row
+        inputs = [a[:-1] or [pad_id] for a in answers]
+        a_ids, a_mask, _, _ = pad_batch(inputs, pad_id, side)
+        a_mask[[len(a) == 1 for a in answers]] = 0
+        prompt_lengths = mask.sum(dim=1).to(device)[row_index]
+        a_positions = prompt_lengths[:, None] + (a_mask.cumsum(dim=1) - 1).clamp(
+            min=0
+        ).to(device)
+        a_keep = _positions_to_keep([len(a) - 1 for a in answers], rest_width, side)
+        rest = model(
+            input_ids=a_ids.to(device),
+            attention_mask=torch.cat(
+                [mask.to(device)[row_index], a_mask.to(device)], 1
+            ),
+            position_ids=a_positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=torch.tensor(a_keep or [0], device=device),
+        ).logits
+        rest_logprobs = torch.log_softmax(rest.float(), dim=-1)
+        rest_column = {position: i for i, position in enumerate(a_keep)}
+    results = []
+    for row, ((prompt_row, index), answer_ids) in enumerate(
+        zip(rows, answers, strict=True)
+    ):
+        steps = [first_logprobs[prompt_row]]
+        offset = rest_width - (len(answer_ids) - 1) if side == "left" else 0
+        steps += [
+            rest_logprobs[row, rest_column[offset + j]]
+            for j in range(len(answer_ids) - 1)
+        ]
+        step_logprobs = torch.stack(steps)
+        target = torch.tensor(answer_ids, device=step_logprobs.device)
+        token_lp = step_logprobs.gather(1, target[:, None]).squeeze(1)
+        results.append(
+            (
+                index,
                 AnswerScore(
                     logprob=float(token_lp.double().sum()),
                     token_logprobs=tuple(token_lp.tolist()),
-                    argmax_ids=tuple(logprobs[row, at].argmax(dim=-1).tolist()),
+                    argmax_ids=tuple(step_logprobs.argmax(dim=-1).tolist()),
                     answer_ids=tuple(answer_ids),
-                )
+                ),
             )
-    return scores
+        )
+    return results
