@@ -110,6 +110,41 @@ def test_apply_changes_exactly_the_delta_and_revert_restores_bits():
         assert torch.equal(tensor, base[name]), name
 
 
+@pytest.mark.parametrize(
+    ("name", "change", "message"),
+    [
+        ("2.weight", ParamDelta("dense", {"values": torch.zeros(3)}), "no parameter"),
+        (
+            "0.weight",
+            ParamDelta(
+                "low_rank", {"left": torch.ones(4, 1), "right": torch.ones(5, 1)}
+            ),
+            r"shape \(4, 6\): a change of shape \(4, 5\)",
+        ),
+        (
+            "1.weight",
+            ParamDelta(
+                "index",
+                {"index": torch.tensor([9]), "values": torch.ones(3, 1)},
+                dim=1,
+            ),
+            "index 9 past size 4",
+        ),
+    ],
+)
+def test_a_delta_that_does_not_fit_is_refused_by_name(tmp_path, name, change, message):
+    model = small_model()
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    path = tmp_path / "case-7.safetensors"
+    save_delta(
+        Delta(params={"0.bias": every_kind().params["0.bias"], name: change}), path
+    )
+    with pytest.raises(ValueError, match=f"delta {path}.*{message}"):
+        apply_delta(model, load_delta(path))
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(tensor, base[key]), key
+
+
 def test_context_manager_restores_after_an_error():
     model = small_model()
     base = {k: v.clone() for k, v in model.state_dict().items()}

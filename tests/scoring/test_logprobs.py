@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kebench.scoring.logprobs import answer_text, encode_pair, pad_batch, score_answers
+from kebench.scoring.logprobs import (
+    ContextOverflowError,
+    answer_text,
+    encode_pair,
+    pad_batch,
+    score_answers,
+)
 
 PROMPTS = [
     "The capital of France is",
@@ -108,11 +114,12 @@ def test_mismatched_lengths_are_refused(lm):
 def test_an_answer_past_the_context_is_refused(lm):
     limit = lm.model.config.max_position_embeddings
     with pytest.raises(
-        ValueError, match=f"pair 1: .* past the model's context of {limit}"
-    ):
+        ContextOverflowError, match=f"pair 1: .* past the model's context of {limit}"
+    ) as error:
         score_answers(
             lm.model,
             lm.tokenizer,
             ["The capital of France is", "Paris is"],
             ["Paris", " the capital" * limit],
         )
+    assert error.value.index == 1

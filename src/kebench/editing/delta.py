@@ -67,6 +67,28 @@ class ParamDelta:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
+    def mismatch(self, param: torch.Tensor) -> str | None:
+        """Why this change cannot be added to ``param``, or None when it fits."""
+        shape = tuple(param.shape)
+        if self.kind == "low_rank":
+            left, right = self.tensors["left"], self.tensors["right"]
+            got = (left.shape[0], right.shape[0])
+            if left.dim() != right.dim() or left.shape[1:] != right.shape[1:]:
+                return f"low-rank factors {tuple(left.shape)}, {tuple(right.shape)}"
+        elif self.kind == "dense":
+            got = tuple(self.tensors["values"].shape)
+        else:
+            values, index = self.tensors["values"], self.tensors["index"]
+            if self.dim is None or not 0 <= self.dim < len(shape):
+                return f"indexed dimension {self.dim} of a {len(shape)}-d parameter"
+            if index.numel() and int(index.max()) >= shape[self.dim]:
+                return f"index {int(index.max())} past size {shape[self.dim]}"
+            got = tuple(
+                n if axis != self.dim else shape[axis]
+                for axis, n in enumerate(values.shape)
+            )
+        return None if got == shape else f"a change of shape {got}"
+
 
 @dataclass
 class Delta:
@@ -76,11 +98,33 @@ class Delta:
         params: parameter name -> its change.
         prefix: text put before every prompt (in-context editing); empty otherwise.
         meta: free-form strings stored in the file header (method, case ids...).
+        origin: the file it was read from, to name it in errors (not stored).
     """
 
     params: dict[str, ParamDelta] = field(default_factory=dict)
     prefix: str = ""
     meta: dict[str, str] = field(default_factory=dict)
+    origin: str = field(default="", compare=False)
+
+    def label(self) -> str:
+        """How errors name this delta: its file, else its method and cases."""
+        return self.origin or json.dumps(self.meta, sort_keys=True)
+
+    def check_fits(self, model: torch.nn.Module) -> None:
+        """Raise a ValueError naming this delta when it does not fit ``model``."""
+        for name, change in self.params.items():
+            try:
+                param = model.get_parameter(name)
+            except AttributeError:
+                raise ValueError(
+                    f"delta {self.label()}: the model has no parameter {name!r}"
+                ) from None
+            problem = change.mismatch(param)
+            if problem:
+                raise ValueError(
+                    f"delta {self.label()} does not fit {name} of shape "
+                    f"{tuple(param.shape)}: {problem}"
+                )
 
     def nbytes(self) -> int:
         return sum(p.nbytes() for p in self.params.values())
@@ -144,7 +188,10 @@ def load_delta(path: str | Path) -> Delta:
             for name, spec in specs.items()
         }
     return Delta(
-        params=params, prefix=header["prefix"], meta=json.loads(header["meta"])
+        params=params,
+        prefix=header["prefix"],
+        meta=json.loads(header["meta"]),
+        origin=str(path),
     )
 
 
@@ -157,7 +204,11 @@ class Applied:
 
 @torch.no_grad()
 def apply_delta(model: torch.nn.Module, delta: Delta) -> Applied:
-    """Add ``delta`` to the model's weights in place; keep what is needed to revert."""
+    """Add ``delta`` to the model's weights in place; keep what is needed to revert.
+
+    A delta that does not fit the model is refused before any weight changes.
+    """
+    delta.check_fits(model)
     backups = []
     for name, change in delta.params.items():
         param = model.get_parameter(name)

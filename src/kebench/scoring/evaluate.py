@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from kebench.editing.delta import Delta, delta_applied
 from kebench.models.loading import LoadedModel
 from kebench.schemas import PROBE_SCORES
-from kebench.scoring.logprobs import score_answers
+from kebench.scoring.logprobs import ContextOverflowError, score_answers
 from kebench.scoring.metrics import exact_match, token_f1
 
 # The columns one scoring pass yields per probe, before the base_/edit_ prefix.
@@ -61,14 +61,26 @@ def score_pass(
     prompts = [prefix + p for p in probes["prompt"]]
     has_old = probes["answer_old"].notna().to_numpy()
     old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
-    # one call, so that a probe's two answers share its prompt's forward pass
-    scored = score_answers(
-        lm.model,
-        lm.tokenizer,
-        prompts + old_prompts,
-        [*probes["answer_new"], *probes.loc[has_old, "answer_old"]],
-        batch_size=batch_size,
+    answers = [*probes["answer_new"], *probes.loc[has_old, "answer_old"]]
+    probe_ids = [*probes["probe_id"], *probes.loc[has_old, "probe_id"]]
+    empty = sorted(
+        {i for i, a in zip(probe_ids, answers, strict=True) if not a.strip()}
     )
+    if empty:
+        raise ValueError(f"probes with an empty answer cannot be scored: {empty[:10]}")
+    try:
+        # one call, so that a probe's two answers share its prompt's forward pass
+        scored = score_answers(
+            lm.model,
+            lm.tokenizer,
+            prompts + old_prompts,
+            answers,
+            batch_size=batch_size,
+        )
+    except ContextOverflowError as error:
+        raise ValueError(
+            f"probe {probe_ids[error.index]!r} cannot be scored: {error}"
+        ) from error
     new = scored[: len(prompts)]
     old = iter(scored[len(prompts) :])
     rows = []

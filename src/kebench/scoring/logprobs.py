@@ -15,6 +15,17 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
+class ContextOverflowError(ValueError):
+    """A prompt and its answer are longer than the model's context."""
+
+    def __init__(self, index: int, n_tokens: int, limit: int) -> None:
+        super().__init__(
+            f"pair {index}: the prompt and its answer take {n_tokens} tokens, past "
+            f"the model's context of {limit}"
+        )
+        self.index = index
+
+
 @dataclass(frozen=True)
 class AnswerScore:
     """How a model scores one answer after one prompt.
@@ -154,11 +165,7 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     ]
     for index, (prompt_ids, answer_ids) in enumerate(pairs):
         if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
-            raise ValueError(
-                f"pair {index}: prompt {prompts[index][:60]!r} and its answer take "
-                f"{len(prompt_ids) + len(answer_ids)} tokens, past the model's "
-                f"context of {limit}"
-            )
+            raise ContextOverflowError(index, len(prompt_ids) + len(answer_ids), limit)
     # distinct prompts (by text), each with the indices of its pairs
     groups: dict[str, list[int]] = {}
     for index, prompt in enumerate(prompts):

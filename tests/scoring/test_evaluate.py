@@ -1,0 +1,42 @@
+"""score_pass on the real SmolLM2: what it refuses, and the probe it names."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kebench.scoring.evaluate import score_pass
+
+
+def probes(answer_old: str | None, answer_new: str) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "probe_id": ["p-ok", "p-bad"],
+            "probe_type": ["direct", "direct"],
+            "prompt": ["The capital of France is", "Barack Obama is a citizen of"],
+            "answer_old": ["Paris", answer_old],
+            "answer_new": ["Lyon", answer_new],
+        }
+    )
+
+
+@pytest.mark.model
+def test_scores_both_answers_and_leaves_unknown_old_answers_empty(lm):
+    scores = score_pass(lm, probes(None, "Kenya"))
+    assert scores["lp_old"].isna().tolist() == [False, True]
+    assert (scores["lp_new"] < 0).all()
+    assert scores["n_tokens_old"].tolist()[1] == 0
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("answer_old", "answer_new"), [("", "Kenya"), ("USA", "  ")])
+def test_an_empty_answer_is_refused_naming_its_probe(lm, answer_old, answer_new):
+    with pytest.raises(ValueError, match=r"empty answer.*\['p-bad'\]"):
+        score_pass(lm, probes(answer_old, answer_new))
+
+
+@pytest.mark.model
+def test_an_answer_past_the_context_is_refused_naming_its_probe(lm):
+    too_long = " and" * lm.model.config.max_position_embeddings
+    with pytest.raises(ValueError, match="probe 'p-bad' cannot be scored.*context"):
+        score_pass(lm, probes(too_long, "Kenya"))
