@@ -1,0 +1,105 @@
+"""Benchmark batched probe scoring against one-pair-at-a-time scoring, on CPU.
+
+Usage: python benchmarks/scoring.py [--dataset demo] [--n-probes 200] [--batch-size 32]
+Builds the dataset's probes with the upstream pipelines (kg_build, rule_mining,
+qa_generation, risk_unification) in a scratch folder, then scores each probe's old and
+new answer under the real SmolLM2-135M twice:
+    batched: ``score_pass`` as the evaluation pipeline runs it (padded batches, each
+        probe's prompt run once and shared by its two answers through the KV cache);
+    unbatched: each (prompt, answer) pair alone, one forward pass per pair.
+Prints one JSON object: {"batched_probes_per_s", "unbatched_probes_per_s", "speedup",
+"peak_rss_mb", "n_probes", "max_abs_diff"}; max_abs_diff is the largest difference of a
+log-prob between the two ways. Target (issue 6): speedup >= 3 on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+# Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
+with contextlib.redirect_stdout(sys.stderr):
+    from kebench.models.loading import load_model
+    from kebench.models.registry import model_spec
+    from kebench.project import PROJECT_ROOT, load_config, run_pipeline
+    from kebench.scoring.evaluate import ScoringSettings, score_pass
+    from kebench.scoring.logprobs import score_answers
+
+logger = logging.getLogger("benchmarks.scoring")
+UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
+
+
+def build_probes(dataset: str, scratch: Path):
+    """The dataset's probes, as the upstream pipelines write them."""
+    for name in UPSTREAM:
+        catalog = run_pipeline(name, {"dataset": dataset}, scratch)
+    return catalog.load("probes")
+
+
+def score_one_by_one(lm, probes) -> tuple[list[float], list[float]]:
+    """Old and new answers' log-probs, one forward pass per (prompt, answer) pair."""
+    old, new = [], []
+    for row in probes.itertuples():
+        (score,) = score_answers(lm.model, lm.tokenizer, [row.prompt], [row.answer_new])
+        new.append(score.logprob)
+        if row.answer_old is None:
+            old.append(float("nan"))
+            continue
+        (score,) = score_answers(lm.model, lm.tokenizer, [row.prompt], [row.answer_old])
+        old.append(score.logprob)
+    return old, new
+
+
+def run(args: argparse.Namespace) -> dict:
+    config = load_config({"dataset": args.dataset, "model": args.model})
+    spec = model_spec(args.model, config["catalog"]["model"]["registry"])
+    lm = load_model(spec, PROJECT_ROOT / "data" / "06_models" / args.model)
+    with tempfile.TemporaryDirectory() as scratch:
+        probes = build_probes(args.dataset, Path(scratch))
+    probes = probes.head(args.n_probes).reset_index(drop=True)
+    logger.info("scoring %d probes", len(probes))
+    settings = ScoringSettings(batch_size=args.batch_size)
+    score_pass(lm, probes.head(4), "", settings)  # warm-up: one-time allocations
+    started = time.perf_counter()
+    batched = score_pass(lm, probes, "", settings)
+    batched_s = time.perf_counter() - started
+    started = time.perf_counter()
+    old, new = score_one_by_one(lm, probes)
+    unbatched_s = time.perf_counter() - started
+    diffs = np.abs(
+        np.concatenate([batched["lp_old"] - np.array(old), batched["lp_new"] - new])
+    )
+    return {
+        "batched_probes_per_s": round(len(probes) / batched_s, 2),
+        "unbatched_probes_per_s": round(len(probes) / unbatched_s, 2),
+        "speedup": round(unbatched_s / batched_s, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "n_probes": len(probes),
+        "max_abs_diff": float(np.nanmax(diffs)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="demo")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--n-probes", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    with contextlib.redirect_stdout(sys.stderr):
+        result = run(args)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
