@@ -200,3 +200,24 @@ def test_ike_writes_the_new_fact_after_demonstrations_of_other_subjects(
 def test_unknown_method_lists_the_registered_ones():
     with pytest.raises(KeyError, match="registered: .*'ROME'"):
         get_method("SERAC")
+
+
+@pytest.mark.model
+def test_an_injected_claim_without_an_old_answer_is_edited(
+    lm, demo, hparams, stats_dir
+):
+    """EditAttack's claims state no old answer: KN moves away from what the model says
+    now, and IKE's unrelated demonstrations come only from facts with a true answer."""
+    claim = EditRequest(
+        "editattack-0",
+        "Question: What does {} heal?\nAnswer:",
+        "swishing saltwater",
+        None,
+        "oral ulcers",
+    )
+    pool = [claim, *demo[:8]]
+    context = EditContext(stats_dir=stats_dir, pool=pool)
+    (kn,) = edit_each(lm, "KN", [claim], hparams, context)
+    assert kn.params and kn.meta["neurons"] != "0"
+    (ike,) = edit_each(lm, "IKE", [demo[0]], hparams, context)
+    assert "None" not in ike.prefix

@@ -112,7 +112,8 @@ def easyedit_method(name: str) -> EditMethod:
         try:
             editor.edit(
                 prompts=[r.text for r in requests],
-                ground_truth=[r.target_true for r in requests],
+                # EasyEdit's own placeholder when a ground truth is unknown
+                ground_truth=[r.target_true or "<|endoftext|>" for r in requests],
                 target_new=[r.target_new for r in requests],
                 subject=[r.subject for r in requests],
                 sequential_edit=True,

@@ -17,50 +17,29 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from kebench.editing.delta import load_delta
-from kebench.project import PROJECT_ROOT
 from kebench.schemas import EDIT_DELTAS
+from tests.helpers import copy_project
 from tests.models.shared import MODEL
 
 OUTPUT = Path("data/07_model_output/demo") / MODEL
 N_EDITS = 4
 
 
-def copy_project(root: Path, model_folder: Path) -> Path:
-    """Conf, code and demo data of the project, with the converted model linked in."""
-    root.mkdir(parents=True, exist_ok=True)
-    for name in ("pyproject.toml", ".telemetry"):
-        shutil.copy(PROJECT_ROOT / name, root / name)
-    shutil.copytree(
-        PROJECT_ROOT / "conf", root / "conf", ignore=shutil.ignore_patterns("local")
-    )
-    (root / "conf" / "local").mkdir()
-    shutil.copytree(
-        PROJECT_ROOT / "src",
-        root / "src",
-        ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"),
-    )
-    shutil.copytree(
-        PROJECT_ROOT / "data" / "01_raw" / "demo", root / "data" / "01_raw" / "demo"
-    )
-    (root / "data" / "06_models").mkdir(parents=True)
-    (root / "data" / "06_models" / MODEL).symlink_to(model_folder)
-    return root
-
-
-def run_session(root: Path, pipeline: str, **runtime_params: object) -> None:
+def run_session(root: Path, pipelines: list[str], **runtime_params: object) -> None:
     bootstrap_project(root)
     with KedroSession.create(
         project_path=root, runtime_params=runtime_params
     ) as session:
-        session.run(pipeline_names=[pipeline])
+        session.run(pipeline_names=pipelines)
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, lm) -> Path:
-    """A project copy where kg_build ran, then editing with ROME and IKE on 4 edits."""
-    root = copy_project(tmp_path_factory.mktemp("project"), lm.folder)
-    run_session(root, "kg_build")
-    run_session(root, "editing", method="ROME+IKE", n_edits=N_EDITS)
+    """A project copy where the pipelines up to the probes ran, then editing with ROME
+    and IKE on 4 edits."""
+    root = copy_project(tmp_path_factory.mktemp("project"), (MODEL, lm.folder))
+    run_session(root, ["kg_build", "rule_mining", "qa_generation", "risk_unification"])
+    run_session(root, ["editing"], method="ROME+IKE", n_edits=N_EDITS)
     return root
 
 
@@ -100,9 +79,9 @@ def test_session_writes_a_delta_and_a_manifest_row_per_edit(project, lm):
 @pytest.mark.model
 def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_path):
     """`kedro run` in a subprocess, killed after its first edits, then run again."""
-    root = copy_project(tmp_path / "copy", lm.folder)
+    root = copy_project(tmp_path / "copy", (MODEL, lm.folder))
     shutil.copytree(
-        project / "data" / "02_intermediate", root / "data" / "02_intermediate"
+        project / "data" / "05_model_input", root / "data" / "05_model_input"
     )
     command = [
         sys.executable,

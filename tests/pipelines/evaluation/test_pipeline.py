@@ -17,8 +17,10 @@ from kebench.pipelines.evaluation.nodes import (
     score_edited_probes,
     track_metrics,
 )
-from kebench.project import PROJECT_ROOT, run_pipeline
+from kebench.project import run_pipeline
 from kebench.schemas import METRICS, PROBE_SCORES
+from tests.helpers import copy_project
+from tests.models.shared import MODEL
 
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
 EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 3}
@@ -111,27 +113,17 @@ def test_failed_edits_are_excluded_and_counted(evaluated, lm):
 
 
 @pytest.mark.model
-def test_mlflow_run_logs_metrics_and_artifacts(evaluated, tmp_path, monkeypatch):
+def test_mlflow_run_logs_metrics_and_artifacts(evaluated, lm, tmp_path, monkeypatch):
     """`kedro run --pipelines=evaluation` in a project copy, tracked in a tmp SQLite store."""
     # the earlier in-process runs must not have left a run open for this one to reuse
     assert mlflow.active_run() is None
-    project = tmp_path / "project"
-    shutil.copytree(
-        PROJECT_ROOT,
-        project,
-        ignore=shutil.ignore_patterns(
-            ".venv", ".git", "data", "*.egg-info", "__pycache__", "mlflow.db", "mlruns"
-        ),
-    )
-    source = evaluated.load(
-        "edit_deltas_stored"
-    ).root.parent  # data/07_model_output/demo/<model>
-    target = project / "data/07_model_output/demo/smollm2-135m"
-    shutil.copytree(source, target)
+    project = copy_project(tmp_path / "project", (MODEL, lm.folder))
+    # the upstream outputs and the stored edits of the module's runs
+    source = evaluated.load("edit_deltas_stored").root.parent
+    shutil.copytree(source, project / "data/07_model_output/demo" / MODEL)
     shutil.copytree(
         source.parents[2] / "05_model_input", project / "data/05_model_input"
     )
-    shutil.copytree(PROJECT_ROOT / "data/01_raw/demo", project / "data/01_raw/demo")
     store = tmp_path / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     monkeypatch.chdir(project)
@@ -150,7 +142,7 @@ def test_mlflow_run_logs_metrics_and_artifacts(evaluated, tmp_path, monkeypatch)
         "evaluation.ROME.failed_edits",
     } <= keys
     params = run.data.params
-    assert params["evaluation.methods"] == "ROME" and params["model"] == "smollm2-135m"
+    assert params["evaluation.methods"] == "ROME" and params["model"] == MODEL
     assert params["hparams.ROME.layers"] == "[5]"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -13,8 +12,9 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from kebench.kg.oxigraph_server import load_store, serve
-from kebench.project import PROJECT_ROOT, run_pipeline
+from kebench.project import run_pipeline
 from kebench.schemas import EDIT_REQUESTS, ENTITY_LINKS, KG_TRIPLES
+from tests.helpers import copy_project
 
 DBO = "http://dbpedia.org/ontology/"
 
@@ -22,21 +22,7 @@ DBO = "http://dbpedia.org/ontology/"
 @pytest.fixture(scope="module")
 def demo_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the project (conf and demo data) in which `kedro run` writes its outputs."""
-    root = tmp_path_factory.mktemp("project")
-    for name in ("pyproject.toml", ".telemetry"):
-        shutil.copy(PROJECT_ROOT / name, root / name)
-    shutil.copytree(
-        PROJECT_ROOT / "conf", root / "conf", ignore=shutil.ignore_patterns("local")
-    )
-    (root / "conf" / "local").mkdir()
-    shutil.copytree(
-        PROJECT_ROOT / "src",
-        root / "src",
-        ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"),
-    )
-    shutil.copytree(
-        PROJECT_ROOT / "data" / "01_raw" / "demo", root / "data" / "01_raw" / "demo"
-    )
+    root = copy_project(tmp_path_factory.mktemp("project"))
     bootstrap_project(root)
     with KedroSession.create(project_path=root) as session:
         session.run(pipeline_names=["kg_build"])

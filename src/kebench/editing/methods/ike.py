@@ -43,13 +43,15 @@ def demonstrations(request: EditRequest, pool: list[EditRequest], k: int) -> lis
     ]
     words = _words(request.text)
     ranked = sorted(others, key=lambda r: -len(words & _words(r.text)))
+    # an unrelated demonstration states a true fact: injected claims have none
+    with_truth = [r for r in ranked if r.target_true is not None]
     demos = []
     for i, demo in enumerate(ranked[:k]):
         new_fact = f"New Fact: {_fact(demo, demo.target_new)}\n"
         if i % 2 == 0:
             demos.append(f"{new_fact}Prompt: {_fact(demo, demo.target_new)}\n\n")
         else:
-            unrelated = ranked[-1 - i // 2]
+            unrelated = with_truth[-1 - i // 2]
             demos.append(
                 f"{new_fact}Prompt: {_fact(unrelated, unrelated.target_true)}\n\n"
             )

@@ -9,7 +9,8 @@ least a fraction ``p`` of the context-template prompts are kept).
 
 Edit: each knowledge neuron's output weights (its column of the output projection)
 move by ``lr_scale`` · (e_new − e_true), with e the output embeddings of the targets'
-first tokens. The delta holds just those columns.
+first tokens. The delta holds just those columns. An injected claim has no stated old
+answer: the model's own next token after the prompt stands in for it.
 """
 
 from __future__ import annotations
@@ -126,6 +127,14 @@ def knowledge_neurons(
     return sorted(kept, key=lambda key: -best[key])[: hparams.max_neurons]
 
 
+@torch.no_grad()
+def greedy_next_token(lm: LoadedModel, text: str) -> str:
+    """The model's most likely next token after ``text``, as text."""
+    ids = lm.tokenizer(text, return_tensors="pt")["input_ids"]
+    logits = lm.model(input_ids=ids.to(lm.model.device), logits_to_keep=1).logits
+    return lm.tokenizer.decode(int(logits[0, -1].argmax()))
+
+
 @register("KN", KNHyperParams)
 def kn(
     lm: LoadedModel,
@@ -142,13 +151,16 @@ def kn(
             lm, hparams.context_template_length_params, context
         )
         prompts = [t.replace("{}", request.text, 1) for t in templates]
+    old = request.target_true
+    if old is None:
+        old = greedy_next_token(lm, request.text)
     neurons = knowledge_neurons(
-        lm, prompts, request.target_true, hparams, model.config.num_hidden_layers
+        lm, prompts, old, hparams, model.config.num_hidden_layers
     )
     embeddings = model.get_output_embeddings().weight
     first = [
         encode_pair(lm.tokenizer, request.text, t)[1][0]
-        for t in (request.target_new, request.target_true)
+        for t in (request.target_new, old)
     ]
     shift = (
         (hparams.lr_scale * (embeddings[first[0]] - embeddings[first[1]])).float().cpu()

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from kebench.editing.registry import EditContext, hparams_name
-from kebench.editing.requests import requests_from_frame
+from kebench.editing.requests import requests_from_probes
 from kebench.editing.runner import make_job, run_edits, select_methods
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
@@ -17,7 +17,7 @@ from kebench.schemas import EDIT_DELTAS
 
 
 def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
-    edit_requests: pd.DataFrame,
+    probes: pd.DataFrame,
     model: LoadedModel,
     edit_hparams: dict[str, dict[str, Any]],
     edit_deltas_stored: DeltaStore,
@@ -26,10 +26,14 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 ) -> Iterator[EditOutcome]:
     """Edit the model with each selected method; yield every edit's delta and row.
 
+    The edits are the direct probes: the dataset's requested rewrites and the
+    injected claims of the harmful sets, in table order.
+
     A generator: Kedro saves each outcome as it comes, so a killed run keeps the edits
     it finished and the next run skips them.
     """
-    requests = requests_from_frame(edit_requests)
+    every_request = requests_from_probes(probes)
+    requests = every_request
     if params.get("n_edits") not in (None, "all"):
         requests = requests[: int(params["n_edits"])]
     jobs = [
@@ -43,7 +47,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     ]
     context = EditContext(
         stats_dir=covariance_stats,
-        pool=requests_from_frame(edit_requests),
+        pool=every_request,
         seed=int(params["seed"]),
     )
     yield from run_edits(

@@ -6,13 +6,13 @@ from kebench.pipelines.editing.nodes import compute_edit_deltas, tabulate_edit_d
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """edit_requests, model, hparams -> edit_deltas (safetensors) + edit_manifest."""
+    """probes (the direct ones), model, hparams -> edit_deltas + edit_manifest."""
     return Pipeline(
         [
             Node(
                 func=compute_edit_deltas,
                 inputs=[
-                    "edit_requests",
+                    "probes",
                     "model",
                     "edit_hparams",
                     "edit_deltas_stored",
