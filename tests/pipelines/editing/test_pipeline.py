@@ -22,7 +22,9 @@ from tests.helpers import copy_project
 from tests.models.shared import MODEL
 
 OUTPUT = Path("data/07_model_output/demo") / MODEL
-N_EDITS = 4
+# the first 2 edits of each of the demo's 3 risks (benign, misinformation, bias)
+PER_RISK = 2
+N_EDITS = 3 * PER_RISK
 
 
 def run_session(root: Path, pipelines: list[str], **runtime_params: object) -> None:
@@ -36,10 +38,10 @@ def run_session(root: Path, pipelines: list[str], **runtime_params: object) -> N
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, lm) -> Path:
     """A project copy where the pipelines up to the probes ran, then editing with ROME
-    and IKE on 4 edits."""
+    and IKE on the first edits of each risk."""
     root = copy_project(tmp_path_factory.mktemp("project"), (MODEL, lm.folder))
     run_session(root, ["kg_build", "rule_mining", "qa_generation", "risk_unification"])
-    run_session(root, ["editing"], method="ROME+IKE", n_edits=N_EDITS)
+    run_session(root, ["editing"], method="ROME+IKE", n_edits=PER_RISK)
     return root
 
 
@@ -64,6 +66,12 @@ def test_session_writes_a_delta_and_a_manifest_row_per_edit(project, lm):
     assert set(manifest["status"]) == {"ok"}
     assert list(manifest.groupby("method").size()) == [N_EDITS, N_EDITS]
     rome = manifest[manifest["method"] == "ROME"]
+    # the demo's counterfactual edits, then EditAttack's injected claims
+    assert {c.rsplit("-", 1)[0] for c in rome["case_id"]} == {
+        "demo",
+        "editattack_commonsense",
+        "editattack_bias",
+    }
     for row in rome.itertuples():
         path = project / OUTPUT / "deltas" / row.delta_file
         assert path.is_file()
@@ -89,7 +97,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_p
         "kedro",
         "run",
         "--pipelines=editing",
-        f"--params=model={MODEL},method=ROME,n_edits={N_EDITS}",
+        f"--params=model={MODEL},method=ROME,n_edits={PER_RISK}",
     ]
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     rows = root / OUTPUT / "deltas" / "ROME" / "single"

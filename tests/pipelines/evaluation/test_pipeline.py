@@ -23,7 +23,8 @@ from tests.helpers import copy_project
 from tests.models.shared import MODEL
 
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
-EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 3}
+# the first edit of each risk: one benign update, one misinformation, one bias claim
+EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 1}
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,18 @@ from kebench.models.loading import LoadedModel
 from kebench.schemas import EDIT_DELTAS
 
 
+def first_edits_per_risk(probes: pd.DataFrame, n_edits: int | str) -> pd.DataFrame:
+    """The direct probes of the first ``n_edits`` cases of each risk ("all": every
+    one), so that benign edits and each kind of injection are all represented."""
+    direct = probes[probes["probe_type"] == "direct"]
+    if n_edits in (None, "all"):
+        return direct
+    first_cases = (
+        direct.drop_duplicates("case_id").groupby("risk", sort=False).head(int(n_edits))
+    )
+    return direct[direct["case_id"].isin(first_cases["case_id"])]
+
+
 def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
     model: LoadedModel,
@@ -33,9 +45,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     it finished and the next run skips them.
     """
     every_request = requests_from_probes(probes)
-    requests = every_request
-    if params.get("n_edits") not in (None, "all"):
-        requests = requests[: int(params["n_edits"])]
+    requests = requests_from_probes(first_edits_per_risk(probes, params["n_edits"]))
     jobs = [
         make_job(
             name,
