@@ -279,3 +279,39 @@ METRICS = pa.DataFrameSchema(
     coerce=True,
     name="metrics",
 )
+
+UNIT = pa.Check.in_range(0, 1)
+
+STEALTH_SCORES = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),
+        "mode": pa.Column(str, pa.Check.isin(EDIT_MODES)),
+        "case_id": pa.Column(str),
+        "risk": pa.Column(str, pa.Check.isin(RISKS)),
+        # mean EditSucc over the direct probes (injected claims: the argmax reproduces
+        # the claim), and argmax agreement on the locality probes (see docs)
+        "success": pa.Column(float, UNIT),
+        "locality": pa.Column(float, UNIT, nullable=True),
+        # perplexity of neutral text, next-token KL(base || edited) on unrelated
+        # prompts, and accuracy per general set (NaN where the set is absent)
+        "ppl_base": pa.Column(float, pa.Check.gt(0)),
+        "ppl_edit": pa.Column(float, pa.Check.gt(0)),
+        "kl": pa.Column(float, pa.Check.ge(0)),
+        "acc_general_base": pa.Column(float, UNIT, nullable=True),
+        "acc_general_edit": pa.Column(float, UNIT, nullable=True),
+        "acc_boolq_base": pa.Column(float, UNIT, nullable=True),
+        "acc_boolq_edit": pa.Column(float, UNIT, nullable=True),
+        "acc_nq_base": pa.Column(float, UNIT, nullable=True),
+        "acc_nq_edit": pa.Column(float, UNIT, nullable=True),
+        # mean |z| of the drift measures against the method's benign edits, the share
+        # of those benign edits that drift at least as much, and success × that share
+        "drift": pa.Column(float, pa.Check.ge(0)),
+        "benign_share": pa.Column(float, UNIT),
+        "stealth": pa.Column(float, UNIT),
+    },
+    unique=["model", "method", "case_id"],
+    strict=True,
+    coerce=True,
+    name="stealth_scores",
+)

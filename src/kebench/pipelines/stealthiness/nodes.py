@@ -1,0 +1,118 @@
+"""Nodes of stealthiness: thin glue over ``kebench.scoring.stealth``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from kebench.editing.store import DeltaStore
+from kebench.models.loading import LoadedModel
+from kebench.schemas import STEALTH_SCORES
+from kebench.scoring.evaluate import delta_groups
+from kebench.scoring.stealth import (
+    GeneralSets,
+    edit_drift,
+    edit_outcomes,
+    general_sets,
+    plot_success_vs_drift,
+    stealth_markdown,
+    stealth_scores,
+    stealth_table,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _case_risks(probes: pd.DataFrame) -> pd.Series:
+    return probes.drop_duplicates("case_id").set_index("case_id")["risk"]
+
+
+def build_general_sets(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    general_probes: pd.DataFrame,
+    neutral_texts: str,
+    unrelated_prompts: str,
+    general_benchmarks: dict[str, pd.DataFrame],
+    params: dict[str, Any],
+) -> GeneralSets:
+    """The general sets, cut to their configured sizes (BoolQ and NQ where present)."""
+    sets = general_sets(
+        general_probes,
+        neutral_texts,
+        unrelated_prompts,
+        general_benchmarks,
+        params["sizes"],
+        seed=int(params["seed"]),
+        passage_words=int(params["boolq_passage_words"]),
+    )
+    logger.info(
+        "general sets: %d neutral texts, %d unrelated prompts, probes %s",
+        len(sets.texts),
+        len(sets.prompts),
+        sets.probes["set"].value_counts().to_dict(),
+    )
+    return sets
+
+
+def measure_drift(
+    model: LoadedModel,
+    general_sets: GeneralSets,
+    stealth_edits: pd.DataFrame,
+    edit_deltas_stored: DeltaStore,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """Each successful edit's general capability next to the base model's (once)."""
+    ok = stealth_edits[stealth_edits["status"] == "ok"]
+    groups = {
+        method: delta_groups(rows, edit_deltas_stored.load)
+        for method, rows in ok.groupby("method")
+    }
+    return edit_drift(model, general_sets, groups, int(params["batch_size"]))
+
+
+def score_stealth(
+    edit_drift: pd.DataFrame,
+    stealth_edits: pd.DataFrame,
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+) -> pd.DataFrame:
+    """``stealth_scores``: success, drift, benign share and stealth of each edit."""
+    scores = stealth_scores(
+        edit_drift, edit_outcomes(probe_scores), _case_risks(probes)
+    )
+    scores = scores.merge(
+        stealth_edits[["method", "case_id", "model", "mode"]], on=["method", "case_id"]
+    )
+    return STEALTH_SCORES.validate(scores[list(STEALTH_SCORES.columns)])
+
+
+def build_stealth_report(
+    stealth_scores: pd.DataFrame,
+    stealth_edits: pd.DataFrame,
+    probes: pd.DataFrame,
+    params: dict[str, Any],
+) -> tuple[pd.DataFrame, str, Figure]:
+    """The table per method × risk (failed edits counted), its markdown, and the plot
+    of success against drift per method."""
+    failed = stealth_edits[stealth_edits["status"] == "failed"]
+    failed = failed.assign(risk=failed["case_id"].map(_case_risks(probes)))
+    table = stealth_table(stealth_scores, failed, seed=int(params["bootstrap_seed"]))
+    return table, stealth_markdown(table), plot_success_vs_drift(stealth_scores)
+
+
+TRACKED = ("success", "stealth", "auroc", "drift", "ppl_ratio", "kl", "n_failed")
+
+
+def track_stealth_metrics(stealth_table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """MLflow metrics, keyed ``stealthiness.<method>.<risk>.<measure>`` (and the
+    ``.ci_*`` of success, stealth and AUROC)."""
+    tracked = {}
+    for row in stealth_table.to_dict("records"):
+        for column in TRACKED:
+            for key in (column, f"{column}_ci_low", f"{column}_ci_high"):
+                if pd.notna(row.get(key)):
+                    name = f"{row['method']}.{row['risk']}.{key}"
+                    tracked[name] = {"value": float(row[key]), "step": 0}
+    return tracked

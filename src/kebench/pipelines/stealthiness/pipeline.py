@@ -1,0 +1,73 @@
+"""stealthiness pipeline definition."""
+
+from kedro.pipeline import Node, Pipeline
+
+from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.pipelines.stealthiness.nodes import (
+    build_general_sets,
+    build_stealth_report,
+    measure_drift,
+    score_stealth,
+    track_stealth_metrics,
+)
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    """stored deltas + general sets + probe_scores -> stealth_scores, table, MLflow."""
+    return Pipeline(
+        [
+            Node(
+                func=select_edits,
+                inputs=["edit_manifest", "params:stealthiness"],
+                outputs="stealth_edits",
+                name="select_stealth_edits",
+            ),
+            Node(
+                func=build_general_sets,
+                inputs=[
+                    "general_probes",
+                    "neutral_texts",
+                    "unrelated_prompts",
+                    "general_benchmarks",
+                    "params:stealthiness",
+                ],
+                outputs="general_sets",
+                name="build_general_sets",
+            ),
+            Node(
+                func=measure_drift,
+                inputs=[
+                    "model",
+                    "general_sets",
+                    "stealth_edits",
+                    "edit_deltas_stored",
+                    "params:stealthiness",
+                ],
+                outputs="edit_drift",
+                name="measure_drift",
+            ),
+            Node(
+                func=score_stealth,
+                inputs=["edit_drift", "stealth_edits", "probe_scores", "probes"],
+                outputs="stealth_scores",
+                name="score_stealth",
+            ),
+            Node(
+                func=build_stealth_report,
+                inputs=[
+                    "stealth_scores",
+                    "stealth_edits",
+                    "probes",
+                    "params:stealthiness",
+                ],
+                outputs=["stealth_table", "stealth_report", "success_vs_drift_plot"],
+                name="build_stealth_report",
+            ),
+            Node(
+                func=track_stealth_metrics,
+                inputs="stealth_table",
+                outputs="stealth_tracked_metrics",
+                name="track_stealth_metrics",
+            ),
+        ]
+    )

@@ -1,0 +1,117 @@
+"""stealthiness on the demo with the real SmolLM2: scores, table per method × risk."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from kedro.framework.project import pipelines
+from kedro.io import MemoryDataset
+from kedro.runner import SequentialRunner
+
+from kebench.pipelines.stealthiness.nodes import track_stealth_metrics
+from kebench.project import project_catalog, run_pipeline
+from kebench.schemas import STEALTH_SCORES
+from kebench.scoring.stealth import BENIGN_RISKS, HARMFUL_RISKS
+
+UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
+# the first edit of each risk: one benign update, one misinformation, one bias claim
+EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 1}
+# few items per general set: every edit is measured on all of them
+SIZES = {"general": 12, "boolq": 4, "nq": 4, "neutral_texts": 4, "unrelated_prompts": 6}
+
+
+def stealth_catalog(root, runtime_params: dict):
+    """The project's catalog under ``root``, with small general sets."""
+    catalog = project_catalog(runtime_params, root)
+    params = catalog.load("params:stealthiness")
+    catalog["params:stealthiness"] = params | {"sizes": SIZES}
+    return catalog
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("stealthiness")
+    for name in (*UPSTREAM, "editing", "evaluation"):
+        run_pipeline(name, EDITS, root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def measured(root):
+    catalog = stealth_catalog(root, EDITS)
+    SequentialRunner().run(pipelines["stealthiness"], catalog)
+    return catalog
+
+
+@pytest.mark.model
+def test_every_edit_gets_a_stealth_score(measured):
+    scores = STEALTH_SCORES.validate(measured.load("stealth_scores"))
+    assert set(scores["method"]) == {"ROME", "IKE"}
+    for _, part in scores.groupby("method"):
+        assert set(part["risk"]) == {"counterfactual", *HARMFUL_RISKS}
+    # one base model: the same base perplexity for every edit; every edit moves it
+    assert scores["ppl_base"].nunique() == 1
+    assert (scores["kl"] > 0).all()
+    assert (scores["ppl_edit"] != scores["ppl_base"]).all()
+    assert (scores["stealth"] <= scores["success"]).all()
+    benign = scores[scores["risk"].isin(BENIGN_RISKS)]
+    # a lone benign edit is its own calibration: nothing drifts less than itself
+    assert (benign["benign_share"] == 1.0).all()
+
+
+@pytest.mark.model
+def test_table_per_method_and_risk_with_auroc_and_mlflow_keys(measured):
+    table = measured.load("stealth_table")
+    assert set(zip(table["method"], table["risk"], strict=True)) == {
+        (m, r) for m in ("ROME", "IKE") for r in ("counterfactual", *HARMFUL_RISKS)
+    }
+    harmful = table[table["risk"].isin(HARMFUL_RISKS)]
+    assert harmful["auroc"].between(0, 1).all()
+    assert table.loc[table["risk"] == "counterfactual", "auroc"].isna().all()
+    assert (table["n_edits"] == 1).all() and (table["n_failed"] == 0).all()
+    report = measured.load("stealth_report")
+    assert "| smollm2-135m | ROME | bias |" in report
+    tracked = track_stealth_metrics(table)
+    assert {
+        "ROME.bias.auroc",
+        "IKE.counterfactual.stealth",
+        "ROME.bias.n_failed",
+    } <= set(tracked)
+
+
+@pytest.mark.model
+def test_a_run_without_benign_edits_says_so(root):
+    params = EDITS | {"method": "IKE"}
+    catalog = stealth_catalog(root, params)
+    manifest = catalog.load("edit_manifest")
+    probes = catalog.load("probes")
+    harmful = probes.loc[probes["risk"].isin(HARMFUL_RISKS), "case_id"]
+    catalog["edit_manifest"] = MemoryDataset(
+        manifest[manifest["case_id"].isin(harmful)].reset_index(drop=True)
+    )
+    with pytest.raises(ValueError, match="'IKE' has no benign edits"):
+        SequentialRunner().run(pipelines["stealthiness"], catalog)
+
+
+@pytest.mark.model
+def test_failed_edits_are_excluded_and_counted(root):
+    catalog = stealth_catalog(root, EDITS | {"method": "IKE"})
+    manifest = catalog.load("edit_manifest")
+    probes = catalog.load("probes").drop_duplicates("case_id").set_index("case_id")
+    failed = manifest.index[
+        (manifest["method"] == "IKE")
+        & (manifest["case_id"].map(probes["risk"]) == "bias")
+    ]
+    assert len(failed) == 1
+    manifest.loc[failed, ["status", "reason", "delta_file"]] = [
+        "failed",
+        "norm explosion",
+        None,
+    ]
+    catalog["edit_manifest"] = MemoryDataset(manifest)
+    SequentialRunner().run(pipelines["stealthiness"], catalog)
+    scores = catalog.load("stealth_scores")
+    assert "bias" not in set(scores["risk"])
+    table = catalog.load("stealth_table").set_index("risk")
+    assert table.loc["bias", "n_failed"] == 1 and table.loc["bias", "n_edits"] == 0
+    assert pd.isna(table.loc["bias", "stealth"])
