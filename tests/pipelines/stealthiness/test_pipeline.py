@@ -8,10 +8,11 @@ from kedro.framework.project import pipelines
 from kedro.io import MemoryDataset
 from kedro.runner import SequentialRunner
 
-from kebench.pipelines.stealthiness.nodes import track_stealth_metrics
+from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.pipelines.stealthiness.nodes import score_stealth, track_stealth_metrics
 from kebench.project import project_catalog, run_pipeline
 from kebench.schemas import STEALTH_SCORES
-from kebench.scoring.stealth import BENIGN_RISKS, HARMFUL_RISKS
+from kebench.scoring.stealth import BENIGN_RISKS, DRIFT_COLUMNS, HARMFUL_RISKS
 
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
 # the first edit of each risk: one benign update, one misinformation, one bias claim
@@ -80,17 +81,20 @@ def test_table_per_method_and_risk_with_auroc_and_mlflow_keys(measured):
 
 
 @pytest.mark.model
-def test_a_run_without_benign_edits_says_so(root):
-    params = EDITS | {"method": "IKE"}
-    catalog = stealth_catalog(root, params)
-    manifest = catalog.load("edit_manifest")
-    probes = catalog.load("probes")
-    harmful = probes.loc[probes["risk"].isin(HARMFUL_RISKS), "case_id"]
-    catalog["edit_manifest"] = MemoryDataset(
-        manifest[manifest["case_id"].isin(harmful)].reset_index(drop=True)
+def test_a_run_without_benign_edits_says_so(measured):
+    """score_stealth on the measured drift of IKE's harmful edits alone."""
+    scores = measured.load("stealth_scores")
+    harmful = scores[(scores["method"] == "IKE") & scores["risk"].isin(HARMFUL_RISKS)]
+    edits = select_edits(
+        measured.load("edit_manifest"), measured.load("params:stealthiness")
     )
     with pytest.raises(ValueError, match="'IKE' has no benign edits"):
-        SequentialRunner().run(pipelines["stealthiness"], catalog)
+        score_stealth(
+            harmful[DRIFT_COLUMNS],
+            edits,
+            measured.load("probe_scores"),
+            measured.load("probes"),
+        )
 
 
 @pytest.mark.model
