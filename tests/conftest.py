@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import kebench  # noqa: F401 - its OpenMP setting must precede torch's import
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
