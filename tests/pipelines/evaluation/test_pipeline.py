@@ -17,22 +17,17 @@ from kebench.pipelines.evaluation.nodes import (
     score_edited_probes,
     track_metrics,
 )
-from kebench.project import run_pipeline
+from kebench.project import project_catalog
 from kebench.schemas import METRICS, PROBE_SCORES
 from tests.helpers import copy_project
 from tests.models.shared import MODEL
-
-UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
-# the first edit of each risk: one benign update, one misinformation, one bias claim
-EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 1}
+from tests.pipelines.conftest import DEMO_EDITS
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("evaluation")
-    for name in (*UPSTREAM, "editing", "evaluation"):
-        catalog = run_pipeline(name, EDITS, root)
-    return catalog
+def evaluated(evaluated_root):
+    """The catalog of the shared demo run (tests/pipelines/conftest.py)."""
+    return project_catalog(DEMO_EDITS, evaluated_root)
 
 
 def plain_logprob(lm, prompt: str, answer: str) -> float:

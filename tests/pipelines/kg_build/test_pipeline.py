@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlflow
 import pandas as pd
 import pyoxigraph as ox
 import pytest
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
+from mlflow.tracking import MlflowClient
 
 from kebench.kg.oxigraph_server import load_store, serve
 from kebench.project import run_pipeline
@@ -27,6 +29,19 @@ def demo_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with KedroSession.create(project_path=root) as session:
         session.run(pipeline_names=["kg_build"])
     return root
+
+
+def test_the_session_leaves_no_mlflow_run_open(demo_project):
+    """kedro-mlflow reopens its run before each node; the session must still close it,
+    or the next session in this process logs into it."""
+    assert mlflow.active_run() is None
+    client = MlflowClient()
+    (run,) = client.search_runs(
+        client.get_experiment_by_name("kebench").experiment_id,
+        filter_string="attributes.run_name = 'kg_build'",
+        max_results=1,
+    )
+    assert run.info.status == "FINISHED"
 
 
 def test_demo_outputs_follow_their_schemas(demo_project):

@@ -10,13 +10,11 @@ from kedro.runner import SequentialRunner
 
 from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.pipelines.stealthiness.nodes import score_stealth, track_stealth_metrics
-from kebench.project import project_catalog, run_pipeline
+from kebench.project import project_catalog
 from kebench.schemas import STEALTH_SCORES
 from kebench.scoring.stealth import BENIGN_RISKS, DRIFT_COLUMNS, HARMFUL_RISKS
+from tests.pipelines.conftest import DEMO_EDITS
 
-UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
-# the first edit of each risk: one benign update, one misinformation, one bias claim
-EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 1}
 # few items per general set: every edit is measured on all of them
 SIZES = {"general": 12, "boolq": 4, "nq": 4, "neutral_texts": 4, "unrelated_prompts": 6}
 
@@ -30,16 +28,14 @@ def stealth_catalog(root, runtime_params: dict):
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("stealthiness")
-    for name in (*UPSTREAM, "editing", "evaluation"):
-        run_pipeline(name, EDITS, root)
-    return root
+def root(evaluated_root):
+    """The shared demo run (tests/pipelines/conftest.py), evaluated with ROME and IKE."""
+    return evaluated_root
 
 
 @pytest.fixture(scope="module")
 def measured(root):
-    catalog = stealth_catalog(root, EDITS)
+    catalog = stealth_catalog(root, DEMO_EDITS)
     SequentialRunner().run(pipelines["stealthiness"], catalog)
     return catalog
 
@@ -99,7 +95,7 @@ def test_a_run_without_benign_edits_says_so(measured):
 
 @pytest.mark.model
 def test_failed_edits_are_excluded_and_counted(root):
-    catalog = stealth_catalog(root, EDITS | {"method": "IKE"})
+    catalog = stealth_catalog(root, DEMO_EDITS | {"method": "IKE"})
     manifest = catalog.load("edit_manifest")
     probes = catalog.load("probes").drop_duplicates("case_id").set_index("case_id")
     failed = manifest.index[
