@@ -111,7 +111,18 @@ def run_pipeline(
     project_root: Path = PROJECT_ROOT,
 ) -> DataCatalog:
     """Run one registered pipeline and return its catalog, whose outputs can be loaded."""
-    bootstrap_project(project_root)
     catalog = project_catalog(runtime_params, output_root, project_root)
-    SequentialRunner().run(pipelines[name], catalog)
+    run_in_catalog(name, catalog, project_root)
     return catalog
+
+
+def run_in_catalog(
+    name: str, catalog: DataCatalog, project_root: Path = PROJECT_ROOT
+) -> None:
+    """Run one registered pipeline of this project in ``catalog``.
+
+    The project is bootstrapped again first: a Kedro session elsewhere in the process
+    (another project, or a run of named pipelines only) changes the registry.
+    """
+    bootstrap_project(project_root)
+    SequentialRunner().run(pipelines[name], catalog)

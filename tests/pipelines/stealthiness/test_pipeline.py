@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from kedro.framework.project import pipelines
 from kedro.io import MemoryDataset
-from kedro.runner import SequentialRunner
 
 from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.pipelines.stealthiness.nodes import score_stealth, track_stealth_metrics
-from kebench.project import project_catalog
+from kebench.project import project_catalog, run_in_catalog
 from kebench.schemas import STEALTH_SCORES
 from kebench.scoring.stealth import BENIGN_RISKS, DRIFT_COLUMNS, HARMFUL_RISKS
 from tests.pipelines.conftest import DEMO_EDITS
@@ -36,7 +34,7 @@ def root(evaluated_root):
 @pytest.fixture(scope="module")
 def measured(root):
     catalog = stealth_catalog(root, DEMO_EDITS)
-    SequentialRunner().run(pipelines["stealthiness"], catalog)
+    run_in_catalog("stealthiness", catalog)
     return catalog
 
 
@@ -109,7 +107,7 @@ def test_failed_edits_are_excluded_and_counted(root):
         None,
     ]
     catalog["edit_manifest"] = MemoryDataset(manifest)
-    SequentialRunner().run(pipelines["stealthiness"], catalog)
+    run_in_catalog("stealthiness", catalog)
     scores = catalog.load("stealth_scores")
     assert "bias" not in set(scores["risk"])
     table = catalog.load("stealth_table").set_index("risk")
