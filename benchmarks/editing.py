@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import statistics
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
+    from model_cli import model_parser, print_result, project_model
+
     from kebench.datasets.edit_cases_dataset import EditCasesDataset
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import apply_delta, revert_delta, save_delta
@@ -37,8 +38,6 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.registry import EditContext, get_method
     from kebench.editing.requests import requests_from_frame
     from kebench.kg.edit_cases import RelationCatalog, parse_edit_cases
-    from kebench.models.loading import load_model
-    from kebench.models.registry import model_spec
     from kebench.project import PROJECT_ROOT, load_config
 
 logger = logging.getLogger("benchmarks.editing")
@@ -114,10 +113,9 @@ def measure(lm, method: str, raw_hparams: dict, work: Workload) -> dict:
 def run(args: argparse.Namespace) -> dict[str, dict]:
     """Load the model and requests, then measure every method."""
     config = load_config({"dataset": args.dataset, "model": args.model})
-    spec = model_spec(args.model, config["catalog"]["model"]["registry"])
     models = PROJECT_ROOT / "data" / "06_models"
     started = time.perf_counter()
-    lm = load_model(spec, models / args.model)
+    lm = project_model(args.model, config)
     logger.info("Model loaded in %.2f s", time.perf_counter() - started)
     requests = edit_requests(args.dataset, config)
     work = Workload(
@@ -137,16 +135,10 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="demo")
-    parser.add_argument("--model", default="smollm2-135m")
+    parser = model_parser(__doc__)
     parser.add_argument("--n-edits", type=int, default=10)
     parser.add_argument("--methods", default=METHODS)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    with contextlib.redirect_stdout(sys.stderr):
-        result = run(args)
-    sys.stdout.write(json.dumps(result) + "\n")
+    print_result(run, parser.parse_args())
 
 
 if __name__ == "__main__":

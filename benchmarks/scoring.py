@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import resource
 import sys
@@ -28,9 +27,9 @@ import numpy as np
 
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
-    from kebench.models.loading import load_model
-    from kebench.models.registry import model_spec
-    from kebench.project import PROJECT_ROOT, load_config, run_pipeline
+    from model_cli import model_parser, print_result, project_model
+
+    from kebench.project import load_config, run_pipeline
     from kebench.scoring.evaluate import ScoringSettings, score_pass
     from kebench.scoring.logprobs import score_answers
 
@@ -61,8 +60,7 @@ def score_one_by_one(lm, probes) -> tuple[list[float], list[float]]:
 
 def run(args: argparse.Namespace) -> dict:
     config = load_config({"dataset": args.dataset, "model": args.model})
-    spec = model_spec(args.model, config["catalog"]["model"]["registry"])
-    lm = load_model(spec, PROJECT_ROOT / "data" / "06_models" / args.model)
+    lm = project_model(args.model, config)
     with tempfile.TemporaryDirectory() as scratch:
         probes = build_probes(args.dataset, Path(scratch))
     probes = probes.head(args.n_probes).reset_index(drop=True)
@@ -89,16 +87,10 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="demo")
-    parser.add_argument("--model", default="smollm2-135m")
+    parser = model_parser(__doc__)
     parser.add_argument("--n-probes", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    with contextlib.redirect_stdout(sys.stderr):
-        result = run(args)
-    sys.stdout.write(json.dumps(result) + "\n")
+    print_result(run, parser.parse_args())
 
 
 if __name__ == "__main__":

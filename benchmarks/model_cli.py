@@ -1,0 +1,40 @@
+"""What the benchmarks on the real model share: their command line, the model as a
+pipeline run converts it (under data/06_models), and one JSON object on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
+with contextlib.redirect_stdout(sys.stderr):
+    from kebench.models.loading import LoadedModel, load_model
+    from kebench.models.registry import model_spec
+    from kebench.project import PROJECT_ROOT
+
+
+def model_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with the options every model benchmark takes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--dataset", default="demo")
+    parser.add_argument("--model", default="smollm2-135m")
+    return parser
+
+
+def project_model(name: str, config) -> LoadedModel:
+    """The registry's model ``name``, converted once under data/06_models."""
+    spec = model_spec(name, config["catalog"]["model"]["registry"])
+    return load_model(spec, PROJECT_ROOT / "data" / "06_models" / name)
+
+
+def print_result(run: Callable[[argparse.Namespace], Any], args) -> None:
+    """Run the benchmark with its logs on stderr, then print its result as JSON."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    with contextlib.redirect_stdout(sys.stderr):
+        result = run(args)
+    sys.stdout.write(json.dumps(result) + "\n")
