@@ -111,6 +111,12 @@ def forward_padded(
     return logits, offsets
 
 
+def padding_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The token that fills padding: the tokenizer's pad token, else its EOS."""
+    pad_id = tokenizer.pad_token_id
+    return tokenizer.eos_token_id if pad_id is None else pad_id
+
+
 def context_length(model: PreTrainedModel) -> int | None:
     """The longest sequence the model's positions allow, when its config says."""
     config = model.config
@@ -156,9 +162,7 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
     side = padding_side or tokenizer.padding_side
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.eos_token_id
+    pad_id = padding_id(tokenizer)
     limit = context_length(model)
     pairs = [
         encode_pair(tokenizer, p, a) for p, a in zip(prompts, answers, strict=True)

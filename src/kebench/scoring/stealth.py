@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
 from kebench.models.loading import LoadedModel
-from kebench.scoring.logprobs import forward_padded, score_answers
+from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
 from kebench.scoring.metrics import bootstrap_ci, probe_outcomes
 
 logger = logging.getLogger(__name__)
@@ -175,11 +175,6 @@ def general_sets(  # noqa: PLR0913 - each set and its size
     )
 
 
-def _pad_id(lm: LoadedModel) -> int:
-    pad_id = lm.tokenizer.pad_token_id
-    return lm.tokenizer.eos_token_id if pad_id is None else pad_id
-
-
 def _sequences(
     lm: LoadedModel, texts: Sequence[str], prefix: str
 ) -> tuple[list[list[int]], int]:
@@ -201,7 +196,9 @@ def text_perplexity(
     total, count = 0.0, 0
     for start in range(0, len(texts), batch_size):
         sequences, context = _sequences(lm, texts[start : start + batch_size], prefix)
-        logits, _ = forward_padded(lm.model, sequences, _pad_id(lm), "right")
+        logits, _ = forward_padded(
+            lm.model, sequences, padding_id(lm.tokenizer), "right"
+        )
         for row, sequence in enumerate(sequences):
             first = context + 1  # the first text token is not scored
             targets = torch.tensor(sequence[first:], device=logits.device)
@@ -224,7 +221,11 @@ def next_token_logprobs(
         last = [len(s) - 1 for s in sequences]
         keep = sorted(set(last))
         logits, _ = forward_padded(
-            lm.model, sequences, _pad_id(lm), "right", keep=torch.tensor(keep)
+            lm.model,
+            sequences,
+            padding_id(lm.tokenizer),
+            "right",
+            keep=torch.tensor(keep),
         )
         column = {position: i for i, position in enumerate(keep)}
         picked = logits[torch.arange(len(sequences)), [column[p] for p in last]]
