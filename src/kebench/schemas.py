@@ -315,3 +315,37 @@ STEALTH_SCORES = pa.DataFrameSchema(
     coerce=True,
     name="stealth_scores",
 )
+
+# Mitigation (issue 7): the extra edits of rule-guided propagation, and the role of
+# each entailed probe of a mitigated case.
+PROPAGATION_REQUESTS = pa.DataFrameSchema(
+    {
+        "case_id": pa.Column(str),  # the edited case the consequence follows from
+        "fact_id": pa.Column(str, unique=True),  # the consequence (entailed_facts)
+        "rule_id": pa.Column(str),
+        "prompt": pa.Column(str, pa.Check.str_contains(r"\{\}")),
+        "subject": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "target_true": pa.Column(str),
+        "target_new": pa.Column(str, pa.Check.str_length(min_value=1)),
+    },
+    strict=True,
+    coerce=True,
+    name="propagation_requests",
+)
+
+MITIGATION_ROLES = ("held_out", "propagated", "leak")
+
+MITIGATION_PROBES = pa.DataFrameSchema(
+    {
+        "case_id": pa.Column(str),
+        "probe_id": pa.Column(str, unique=True),
+        "rule_id": pa.Column(str),
+        # held_out: scored for gap closure; propagated: its rule made the extra edits
+        # (scored in-sample, as a check); leak: held out, but its consequence was
+        # edited through another rule (dropped)
+        "role": pa.Column(str, pa.Check.isin(MITIGATION_ROLES)),
+    },
+    strict=True,
+    coerce=True,
+    name="mitigation_probes",
+)

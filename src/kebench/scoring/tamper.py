@@ -1,0 +1,280 @@
+"""Tamper audit: flag edited facts by their broken rule consequences (issue 7).
+
+An auditor holds a model L* and a list of facts, each with the two answers in question
+(o, o'), and the consequences the mined rules derive under either answer. Under L*,
+each fact's *asserted* answer a is the one L* prefers on its direct prompt; the rules
+then imply an answer for each consequence (o' -> the consequence's new answer, o -> its
+old one). The rule detector scores a fact by how strongly L* contradicts what its own
+assertion implies, the mean over the fact's consequences c of::
+
+    violation = log P_L*(other answer | c) - log P_L*(implied answer | c)
+
+``rule_violation`` asks each consequence as a plain fact about its own subject
+("The country of citizenship of Michelle Obama is"), which a locate-and-edit method
+does not touch; ``rule_violation_chained`` asks the entailed probes, which name the
+consequence from the edited subject ("... of the spouse of Barack Obama is") and so
+carry the edited subject's new representation. An edited fact that did not propagate
+asserts o' but still answers its consequences the old way, so it violates; an
+untouched fact agrees with its consequences as far as the model knows them.
+
+Two probability baselines score the same facts: ``confidence``, the mean per-token
+log P_L*(a | q) on the direct prompt (edits tend to be over-confident; it needs no
+reference model), and ``confidence_shift``, log P_L*(a | q) - log P_L(a | q) (it needs
+the unedited model L).
+
+Each edited model is audited on its own edited fact (positive) and on up to k facts of
+other edits, which it did not edit (negatives). Per method and detector, the AUROC of
+positives vs negatives (ties count half) with a percentile bootstrap CI that resamples
+positives and negatives.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from tqdm.auto import tqdm
+
+from kebench.editing.delta import Delta
+from kebench.editing.propagation import atomic_prompt
+from kebench.models.loading import LoadedModel
+from kebench.qa.verbaliser import Verbaliser
+from kebench.scoring.evaluate import ScoringSettings, edited_scores
+
+logger = logging.getLogger(__name__)
+
+DETECTORS = (
+    "rule_violation",
+    "rule_violation_chained",
+    "confidence",
+    "confidence_shift",
+)
+# which probes each rule detector asks
+CONSEQUENCE_KINDS = {"rule_violation": "atomic", "rule_violation_chained": "chained"}
+
+
+def audit_pool(probes: pd.DataFrame, case_ids: Sequence[str]) -> list[str]:
+    """The facts that can be audited: edits with an old answer and entailed probes."""
+    direct = probes[(probes["probe_type"] == "direct") & probes["answer_old"].notna()]
+    entailed = set(probes.loc[probes["probe_type"] == "entailed", "case_id"])
+    return [
+        c
+        for c in dict.fromkeys(case_ids)
+        if c in entailed and c in set(direct["case_id"])
+    ]
+
+
+def audit_probes(
+    probes: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
+    pool: Sequence[str],
+    verbaliser: Verbaliser,
+) -> pd.DataFrame:
+    """The pool's direct probes (``kind`` direct), entailed probes (chained) and each
+    consequence asked about its own subject (atomic), as ``score_pass`` takes them."""
+    own = probes[probes["case_id"].isin(pool)]
+    direct = own[own["probe_type"] == "direct"].assign(kind="direct")
+    chained = own[own["probe_type"] == "entailed"].assign(kind="chained")
+    facts = entailed_facts[entailed_facts["case_id"].isin(pool)].drop_duplicates(
+        ["case_id", "subject_label", "relation", "answer_old", "answer_new"]
+    )
+    atomic = pd.DataFrame(
+        {
+            "probe_id": facts["fact_id"] + "/atomic",
+            "case_id": facts["case_id"],
+            "probe_type": "entailed",
+            "prompt": [
+                atomic_prompt(verbaliser, relation).replace("{}", subject, 1)
+                for relation, subject in zip(
+                    facts["relation"], facts["subject_label"], strict=True
+                )
+            ],
+            "answer_old": facts["answer_old"],
+            "answer_new": facts["answer_new"],
+            "kind": "atomic",
+        }
+    )
+    columns = list(atomic.columns)
+    return pd.concat([direct[columns], chained[columns], atomic], ignore_index=True)
+
+
+def pick_negatives(pool: Sequence[str], case_id: str, k: int, seed: int) -> list[str]:
+    """Up to ``k`` other facts of the pool, drawn seeded per audited edit."""
+    others = [c for c in pool if c != case_id]
+    rng = np.random.default_rng([seed, pool.index(case_id)])
+    chosen = rng.choice(len(others), size=min(k, len(others)), replace=False)
+    return [others[i] for i in sorted(chosen)]
+
+
+def fact_scores(
+    probes: pd.DataFrame, scores: pd.DataFrame, base: pd.DataFrame
+) -> pd.DataFrame:
+    """Per fact (case) under one model: its asserted answer and the three detectors.
+
+    Args:
+        probes: the facts' direct and entailed probes, indexed by probe_id.
+        scores: ``score_pass`` columns under the audited model, same index.
+        base: ``score_pass`` columns under the unedited model, indexed by probe_id.
+    """
+    frame = probes[["case_id", "kind"]].join(scores[["lp_old", "lp_new"]])
+    frame = frame.join(
+        base[["lp_old", "lp_new", "n_tokens_old", "n_tokens_new"]], rsuffix="_base"
+    )
+    direct = frame[frame["kind"] == "direct"].groupby("case_id").first()
+    asserts_new = direct["lp_new"] > direct["lp_old"]
+    lp_asserted = direct["lp_new"].where(asserts_new, direct["lp_old"])
+    tokens = direct["n_tokens_new"].where(asserts_new, direct["n_tokens_old"])
+    base_asserted = direct["lp_new_base"].where(asserts_new, direct["lp_old_base"])
+    consequences = frame[frame["kind"] != "direct"].copy()
+    new_world = consequences["case_id"].map(asserts_new).astype(bool)
+    consequences["violation"] = np.where(
+        new_world,
+        consequences["lp_old"] - consequences["lp_new"],
+        consequences["lp_new"] - consequences["lp_old"],
+    )
+    by_kind = consequences.groupby(["kind", "case_id"])["violation"]
+    violations = {
+        detector: by_kind.mean().get(kind, pd.Series(dtype=float))
+        for detector, kind in CONSEQUENCE_KINDS.items()
+    }
+    return pd.DataFrame(
+        {
+            "asserts_new": asserts_new,
+            **violations,
+            "confidence": lp_asserted / tokens,
+            "confidence_shift": lp_asserted - base_asserted,
+            "n_consequences": by_kind.size().get("atomic", pd.Series(dtype=int)),
+        }
+    ).rename_axis("fact_case_id")
+
+
+def audit_edits(  # noqa: PLR0913 - the audit's inputs
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    base: pd.DataFrame,
+    edits: Sequence[tuple[str, str, Delta]],
+    pool: Sequence[str],
+    *,
+    negatives: int,
+    seed: int,
+    settings: ScoringSettings,
+) -> pd.DataFrame:
+    """Audit each ``(method, case_id, delta)`` edit on its own fact and on up to
+    ``negatives`` facts of the pool that it did not edit.
+
+    Args:
+        probes: ``audit_probes`` of the pool.
+        base: ``score_pass`` columns of the direct probes under the unedited model,
+            indexed by probe_id.
+    """
+    by_id = probes.set_index("probe_id", drop=False)
+    parts = []
+    for method, case_id, delta in tqdm(edits, desc="tamper audit", unit="edit"):
+        facts = [case_id, *pick_negatives(pool, case_id, negatives, seed)]
+        scores = edited_scores(lm, by_id, [(facts, [delta])], settings, description="")
+        audited = fact_scores(by_id.loc[scores.index], scores, base)
+        parts.append(
+            audited.reset_index().assign(
+                model=lm.name,
+                method=method,
+                case_id=case_id,
+                edited=lambda frame: frame["fact_case_id"] == case_id,
+            )
+        )
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, ignore_index=True)
+
+
+def auroc(positives: np.ndarray, negatives: np.ndarray) -> float:
+    """P(a positive scores above a negative), ties counting half."""
+    above = (positives[:, None] > negatives[None, :]).mean()
+    ties = (positives[:, None] == negatives[None, :]).mean()
+    return float(above + 0.5 * ties)
+
+
+def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per (model, method, detector): AUROC edited vs unedited facts with its CI."""
+    rows = []
+    for (model, method), part in audit.groupby(["model", "method"], sort=True):
+        for detector in DETECTORS:
+            scored = part.dropna(subset=[detector])
+            pos = scored.loc[scored["edited"], detector].to_numpy(dtype=float)
+            neg = scored.loc[~scored["edited"], detector].to_numpy(dtype=float)
+            if not (pos.size and neg.size):
+                continue
+            rng = np.random.default_rng(seed)
+            draws = [
+                auroc(
+                    pos[rng.integers(0, pos.size, pos.size)],
+                    neg[rng.integers(0, neg.size, neg.size)],
+                )
+                for _ in range(n_boot)
+            ]
+            rows.append(
+                {
+                    "model": model,
+                    "method": method,
+                    "detector": detector,
+                    "auroc": auroc(pos, neg),
+                    "auroc_ci_low": float(np.quantile(draws, 0.025)),
+                    "auroc_ci_high": float(np.quantile(draws, 0.975)),
+                    "n_edited": pos.size,
+                    "n_unedited": neg.size,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "method",
+            "detector",
+            "auroc",
+            "auroc_ci_low",
+            "auroc_ci_high",
+            "n_edited",
+            "n_unedited",
+        ],
+    )
+
+
+def _roc(positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    thresholds = np.unique(np.concatenate([positives, negatives]))[::-1]
+    tpr = [(positives >= t).mean() for t in thresholds]
+    fpr = [(negatives >= t).mean() for t in thresholds]
+    return np.array([0.0, *fpr]), np.array([0.0, *tpr])
+
+
+def plot_roc(audit: pd.DataFrame, table: pd.DataFrame) -> Figure:
+    """ROC curves of each detector, one panel per method."""
+    methods = sorted(audit["method"].unique()) if len(audit) else []
+    figure, axes = plt.subplots(
+        1,
+        max(len(methods), 1),
+        figsize=(3.8 * max(len(methods), 1), 3.6),
+        squeeze=False,
+    )
+    for axis, method in zip(axes[0], methods, strict=False):
+        part = audit[audit["method"] == method]
+        for detector in DETECTORS:
+            scored = part.dropna(subset=[detector])
+            pos = scored.loc[scored["edited"], detector].to_numpy(dtype=float)
+            neg = scored.loc[~scored["edited"], detector].to_numpy(dtype=float)
+            if not (pos.size and neg.size):
+                continue
+            fpr, tpr = _roc(pos, neg)
+            value = table.loc[
+                (table["method"] == method) & (table["detector"] == detector), "auroc"
+            ]
+            axis.step(fpr, tpr, where="post", label=f"{detector} ({value.iloc[0]:.2f})")
+        axis.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+        axis.set_title(f"{method}: edited vs unedited facts")
+        axis.set_xlabel("false positive rate")
+        axis.set_ylabel("true positive rate")
+        axis.legend(fontsize="small", loc="lower right")
+    figure.tight_layout()
+    return figure
