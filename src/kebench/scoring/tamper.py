@@ -37,6 +37,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from scipy.stats import mannwhitneyu
+from sklearn.metrics import roc_curve
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta
@@ -113,16 +115,19 @@ def pick_negatives(pool: Sequence[str], case_id: str, k: int, seed: int) -> list
 def fact_scores(
     probes: pd.DataFrame, scores: pd.DataFrame, base: pd.DataFrame
 ) -> pd.DataFrame:
-    """Per fact (case) under one model: its asserted answer and the three detectors.
+    """Per fact (case) under one model: its asserted answer and the detectors.
 
     Args:
-        probes: the facts' direct and entailed probes, indexed by probe_id.
+        probes: the facts' ``audit_probes`` (direct, chained, atomic), indexed by
+            probe_id.
         scores: ``score_pass`` columns under the audited model, same index.
         base: ``score_pass`` columns under the unedited model, indexed by probe_id.
     """
     frame = probes[["case_id", "kind"]].join(scores[["lp_old", "lp_new"]])
     frame = frame.join(
-        base[["lp_old", "lp_new", "n_tokens_old", "n_tokens_new"]], rsuffix="_base"
+        base[["lp_old", "lp_new", "n_tokens_old", "n_tokens_new"]].rename(
+            columns={"lp_old": "lp_old_base", "lp_new": "lp_new_base"}
+        )
     )
     direct = frame[frame["kind"] == "direct"].groupby("case_id").first()
     asserts_new = direct["lp_new"] > direct["lp_old"]
@@ -190,11 +195,21 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
     return pd.concat(parts, ignore_index=True)
 
 
-def auroc(positives: np.ndarray, negatives: np.ndarray) -> float:
-    """P(a positive scores above a negative), ties counting half."""
-    above = (positives[:, None] > negatives[None, :]).mean()
-    ties = (positives[:, None] == negatives[None, :]).mean()
-    return float(above + 0.5 * ties)
+def auroc(positives: np.ndarray, negatives: np.ndarray) -> np.ndarray | float:
+    """P(a positive scores above a negative), ties counting half: the Mann-Whitney U
+    over the pairs. Along the last axis, so that bootstrap draws go in one call."""
+    u = mannwhitneyu(positives, negatives, axis=-1, method="asymptotic").statistic
+    return u / (positives.shape[-1] * negatives.shape[-1])
+
+
+def _edited_vs_unedited(
+    audit: pd.DataFrame, detector: str
+) -> tuple[np.ndarray, np.ndarray]:
+    scored = audit.dropna(subset=[detector])
+    return (
+        scored.loc[scored["edited"], detector].to_numpy(dtype=float),
+        scored.loc[~scored["edited"], detector].to_numpy(dtype=float),
+    )
 
 
 def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -202,25 +217,20 @@ def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Da
     rows = []
     for (model, method), part in audit.groupby(["model", "method"], sort=True):
         for detector in DETECTORS:
-            scored = part.dropna(subset=[detector])
-            pos = scored.loc[scored["edited"], detector].to_numpy(dtype=float)
-            neg = scored.loc[~scored["edited"], detector].to_numpy(dtype=float)
+            pos, neg = _edited_vs_unedited(part, detector)
             if not (pos.size and neg.size):
                 continue
             rng = np.random.default_rng(seed)
-            draws = [
-                auroc(
-                    pos[rng.integers(0, pos.size, pos.size)],
-                    neg[rng.integers(0, neg.size, neg.size)],
-                )
-                for _ in range(n_boot)
-            ]
+            draws = auroc(
+                pos[rng.integers(0, pos.size, (n_boot, pos.size))],
+                neg[rng.integers(0, neg.size, (n_boot, neg.size))],
+            )
             rows.append(
                 {
                     "model": model,
                     "method": method,
                     "detector": detector,
-                    "auroc": auroc(pos, neg),
+                    "auroc": float(auroc(pos, neg)),
                     "auroc_ci_low": float(np.quantile(draws, 0.025)),
                     "auroc_ci_high": float(np.quantile(draws, 0.975)),
                     "n_edited": pos.size,
@@ -242,13 +252,6 @@ def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Da
     )
 
 
-def _roc(positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    thresholds = np.unique(np.concatenate([positives, negatives]))[::-1]
-    tpr = [(positives >= t).mean() for t in thresholds]
-    fpr = [(negatives >= t).mean() for t in thresholds]
-    return np.array([0.0, *fpr]), np.array([0.0, *tpr])
-
-
 def plot_roc(audit: pd.DataFrame, table: pd.DataFrame) -> Figure:
     """ROC curves of each detector, one panel per method."""
     methods = sorted(audit["method"].unique()) if len(audit) else []
@@ -261,16 +264,15 @@ def plot_roc(audit: pd.DataFrame, table: pd.DataFrame) -> Figure:
     for axis, method in zip(axes[0], methods, strict=False):
         part = audit[audit["method"] == method]
         for detector in DETECTORS:
-            scored = part.dropna(subset=[detector])
-            pos = scored.loc[scored["edited"], detector].to_numpy(dtype=float)
-            neg = scored.loc[~scored["edited"], detector].to_numpy(dtype=float)
+            pos, neg = _edited_vs_unedited(part, detector)
             if not (pos.size and neg.size):
                 continue
-            fpr, tpr = _roc(pos, neg)
+            labels = np.r_[np.ones(pos.size), np.zeros(neg.size)]
+            fpr, tpr, _ = roc_curve(labels, np.r_[pos, neg])
             value = table.loc[
                 (table["method"] == method) & (table["detector"] == detector), "auroc"
             ]
-            axis.step(fpr, tpr, where="post", label=f"{detector} ({value.iloc[0]:.2f})")
+            axis.plot(fpr, tpr, label=f"{detector} ({value.iloc[0]:.2f})")
         axis.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
         axis.set_title(f"{method}: edited vs unedited facts")
         axis.set_xlabel("false positive rate")

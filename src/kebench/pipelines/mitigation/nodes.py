@@ -315,6 +315,15 @@ def summarise_tamper_audit(
     return table, plot_roc(tamper_audit, table)
 
 
+def _closure_cell(row: Any) -> str:
+    if pd.isna(row.gap_closure):
+        return "no gap to close"
+    return (
+        f"{row.gap_closure:.2f} [{row.gap_closure_ci_low:.2f}, "
+        f"{row.gap_closure_ci_high:.2f}]"
+    )
+
+
 def build_mitigation_report(
     mitigation_metrics: pd.DataFrame,
     tamper_auroc: pd.DataFrame,
@@ -332,8 +341,7 @@ def build_mitigation_report(
         lines.append(
             f"| {row.method} | {row.n_edits} | {row.n_held_out_probes} | "
             f"{100 * row.edit_succ:.1f} | {100 * row.consistency:.1f} | "
-            f"{100 * row.consistency_mitigated:.1f} | {row.gap_closure:.2f} "
-            f"[{row.gap_closure_ci_low:.2f}, {row.gap_closure_ci_high:.2f}] | "
+            f"{100 * row.consistency_mitigated:.1f} | {_closure_cell(row)} | "
             f"{100 * row.locality_cost:.1f} [{100 * row.locality_cost_ci_low:.1f}, "
             f"{100 * row.locality_cost_ci_high:.1f}] | {row.n_excluded} |"
         )

@@ -1,0 +1,194 @@
+"""mitigation on the demo with the real SmolLM2: propagation, gap closure, tamper audit."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+
+from kebench.editing.propagation import consequence_keys
+from kebench.pipelines.mitigation.nodes import (
+    compare_mitigation,
+    propagate_edits,
+    summarise_mitigation,
+    track_mitigation_metrics,
+)
+from kebench.project import project_catalog, run_pipeline
+from kebench.scoring.metrics import probe_outcomes
+from kebench.scoring.tamper import DETECTORS
+from tests.pipelines.conftest import DEMO_EDITS
+
+
+@pytest.fixture(scope="module")
+def mitigated(evaluated_root, tmp_path_factory):
+    """The shared demo run, copied, with a second edit per risk for ROME (two edits
+    with consequences: one to audit, one to audit it against), then mitigated."""
+    root = tmp_path_factory.mktemp("mitigated_demo")
+    shutil.copytree(
+        evaluated_root / "data",
+        root / "data",
+        ignore=shutil.ignore_patterns("06_models"),
+    )
+    (root / "data" / "06_models").symlink_to(evaluated_root / "data" / "06_models")
+    run_pipeline("editing", DEMO_EDITS | {"method": "ROME", "n_edits": 2}, root)
+    run_pipeline("evaluation", DEMO_EDITS, root)
+    run_pipeline("mitigation", DEMO_EDITS, root)
+    return project_catalog(DEMO_EDITS, root)
+
+
+@pytest.mark.model
+def test_held_out_probes_share_no_rule_or_consequence_with_the_extra_edits(mitigated):
+    requests = mitigated.load("propagation_requests")
+    roles = mitigated.load("mitigation_probes")
+    facts = mitigated.load("entailed_facts")
+    questions = mitigated.load("entailed_questions")
+    probes = mitigated.load("probes").set_index("probe_id")
+    keys = dict(zip(facts["fact_id"], consequence_keys(facts), strict=True))
+    assert set(requests["case_id"]) == {"demo-1", "demo-2"}
+    for case_id, made in requests.groupby("case_id"):
+        case_roles = roles[roles["case_id"] == case_id]
+        held = case_roles[case_roles["role"] == "held_out"]
+        assert len(held) and not set(held["rule_id"]) & set(made["rule_id"])
+        asked = questions.merge(
+            probes.loc[held["probe_id"], ["case_id", "prompt"]],
+            left_on=["case_id", "cloze"],
+            right_on=["case_id", "prompt"],
+        )
+        assert not {keys[f] for f in asked["fact_id"]} & {
+            keys[f] for f in made["fact_id"]
+        }
+
+
+@pytest.mark.model
+def test_each_mitigated_edit_is_its_own_edit_then_its_extra_edits(mitigated):
+    manifest = mitigated.load("mitigated_manifest")
+    requests = mitigated.load("propagation_requests")
+    assert set(zip(manifest["method"], manifest["mode"], strict=True)) == {
+        ("ROME", "sequential"),
+        ("IKE", "sequential"),
+    }
+    assert (manifest["status"] == "ok").all()
+    rome = manifest[manifest["method"] == "ROME"]
+    for case_id, made in requests.groupby("case_id"):
+        rows = rome[rome["case_id"].isin([case_id, *made["fact_id"]])]
+        assert rows.sort_values("order")["case_id"].iloc[0] == case_id
+        assert len(rows) == len(made) + 1
+    # the first edit of a sequence starts from the base weights: the single edit
+    mitigated_store = mitigated.load("mitigated_deltas_stored")
+    store = mitigated.load("edit_deltas_stored")
+    single = mitigated.load("edit_manifest").set_index(["method", "mode", "case_id"])
+    first = rome[rome["case_id"] == "demo-1"]["delta_file"].iloc[0]
+    again = mitigated_store.load(first)
+    original = store.load(single.loc[("ROME", "single", "demo-1"), "delta_file"])
+    assert again.params.keys() == original.params.keys()
+    for name, change in again.params.items():
+        for key, tensor in change.tensors.items():
+            assert torch.equal(tensor, original.params[name].tensors[key])
+
+
+@pytest.mark.model
+def test_gap_closure_follows_from_the_scores_of_both_models(mitigated):
+    edits = mitigated.load("mitigation_edit_scores")
+    roles = mitigated.load("mitigation_probes")
+    # the original edits' held-out Consistency, recomputed from the evaluation's scores
+    outcomes = probe_outcomes(mitigated.load("probe_scores")).merge(roles)
+    held = outcomes[
+        (outcomes["role"] == "held_out") & (outcomes["method"] != "unedited")
+    ]
+    expected = held.groupby(["method", "case_id"])["edit_succ"].mean().astype(float)
+    got = edits.set_index(["method", "case_id"])["consistency"]
+    pd.testing.assert_series_equal(
+        got.sort_index(), expected.sort_index(), check_names=False
+    )
+    metrics = mitigated.load("mitigation_metrics").set_index("method")
+    for method, part in edits.groupby("method"):
+        gap = part["edit_succ"].mean() - part["consistency"].mean()
+        closed = part["consistency_mitigated"].mean() - part["consistency"].mean()
+        row = metrics.loc[method]
+        if gap > 0:
+            assert row["gap_closure"] == pytest.approx(closed / gap)
+        else:
+            assert pd.isna(row["gap_closure"])
+        assert row["locality_cost"] == pytest.approx(
+            (part["locality"] - part["locality_mitigated"]).mean()
+        )
+        assert row["n_edits"] == len(part)
+    # ROME's chained extra edits are the propagated probes' own prompts: they took hold
+    rome = edits[edits["method"] == "ROME"]
+    assert (rome["propagated_mitigated"] >= rome["propagated"]).all()
+    assert rome["propagated_mitigated"].mean() == 1.0
+
+
+@pytest.mark.model
+def test_edits_without_entailed_probes_are_excluded_and_counted(mitigated):
+    excluded = mitigated.load("mitigation_excluded")
+    probes = mitigated.load("probes").drop_duplicates("case_id").set_index("case_id")
+    harmful = excluded[excluded["case_id"].map(probes["risk"]) != "counterfactual"]
+    assert set(harmful["reason"]) == {"no entailed probes"}
+    assert len(harmful[harmful["method"] == "ROME"]) == 4
+    metrics = mitigated.load("mitigation_metrics").set_index("method")
+    counts = excluded["method"].value_counts()
+    assert (metrics["n_excluded"] == counts.reindex(metrics.index)).all()
+    report = mitigated.load("mitigation_report")
+    assert "ROME: 4 × no entailed probes" in report
+    empty = mitigated.load("mitigation_edit_scores").iloc[:0]
+    with pytest.raises(ValueError, match="no edit can be mitigated and tested"):
+        summarise_mitigation(
+            empty,
+            mitigated.load("edit_manifest"),
+            mitigated.load("mitigated_manifest"),
+            mitigated.load("propagation_requests").iloc[:0],
+            mitigated.load("propagation_requests"),
+            {"bootstrap_seed": 0},
+        )
+
+
+@pytest.mark.model
+def test_mitigation_needs_the_evaluation_of_its_methods(mitigated):
+    scores = mitigated.load("probe_scores")
+    with pytest.raises(ValueError, match=r"no evaluation scores for \['IKE'\]"):
+        compare_mitigation(
+            scores[scores["method"] != "IKE"],
+            mitigated.load("mitigated_probe_scores"),
+            mitigated.load("mitigation_probes"),
+        )
+
+
+@pytest.mark.model
+def test_tamper_audit_scores_each_edit_against_facts_it_left_alone(mitigated):
+    audit = mitigated.load("tamper_audit")
+    for (_, case_id), part in audit.groupby(["method", "case_id"]):
+        assert part["edited"].sum() == 1
+        assert part.loc[part["edited"], "fact_case_id"].item() == case_id
+        assert len(part) == 2  # the pool holds the two edits with consequences
+    rome = audit[audit["method"] == "ROME"]
+    assert rome.loc[rome["edited"], "asserts_new"].all()
+    table = mitigated.load("tamper_auroc")
+    assert set(table.loc[table["method"] == "ROME", "detector"]) == set(DETECTORS)
+    assert table["auroc"].between(0, 1).all()
+    metrics = mitigated.load("mitigation_metrics")
+    tracked = track_mitigation_metrics(metrics, table)
+    assert {"ROME.consistency_mitigated", "ROME.tamper.rule_violation.auroc"} <= set(
+        tracked
+    )
+    # an undefined gap closure (no gap on these two edits) is not logged as a number
+    closure = metrics.set_index("method").loc["ROME", "gap_closure"]
+    assert ("ROME.gap_closure" in tracked) == bool(pd.notna(closure))
+    assert "## Tamper audit" in mitigated.load("mitigation_report")
+
+
+@pytest.mark.model
+def test_a_rerun_resumes_without_editing_again(mitigated, lm):
+    outcomes = propagate_edits(
+        lm,
+        mitigated.load("propagation_requests"),
+        mitigated.load("probes"),
+        mitigated.load("edit_manifest").query("mode == 'single'"),
+        mitigated.load("edit_hparams"),
+        mitigated.load("mitigated_deltas_stored"),
+        mitigated.load("covariance_stats"),
+        mitigated.load("params:editing"),
+    )
+    assert list(outcomes) == []
