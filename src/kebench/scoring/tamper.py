@@ -41,11 +41,11 @@ from scipy.stats import mannwhitneyu
 from sklearn.metrics import roc_curve
 from tqdm.auto import tqdm
 
-from kebench.editing.delta import Delta
+from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.propagation import atomic_prompt
 from kebench.models.loading import LoadedModel
 from kebench.qa.verbaliser import Verbaliser
-from kebench.scoring.evaluate import ScoringSettings, edited_scores
+from kebench.scoring.evaluate import ScoringSettings, score_pass
 
 logger = logging.getLogger(__name__)
 
@@ -180,8 +180,10 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
     parts = []
     for method, case_id, delta in tqdm(edits, desc="tamper audit", unit="edit"):
         facts = [case_id, *pick_negatives(pool, case_id, negatives, seed)]
-        scores = edited_scores(lm, by_id, [(facts, [delta])], settings, description="")
-        audited = fact_scores(by_id.loc[scores.index], scores, base)
+        selected = by_id[by_id["case_id"].isin(facts)]
+        with delta_applied(lm.model, delta):
+            scores = score_pass(lm, selected, delta.prefix, settings)
+        audited = fact_scores(selected, scores, base)
         parts.append(
             audited.reset_index().assign(
                 model=lm.name,

@@ -113,10 +113,14 @@ def propagate_edits(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         )
         if job.method.batchable:
             job = replace(job, mode="batch")
-        logger.info("propagating the consequences of %d %s edits", len(ok), method)
-        for case_id, part in extra:
-            if case_id not in ok:
-                continue
+        planned = [(c, part) for c, part in extra if c in ok]
+        logger.info(
+            "%s: %d edits again, with %d extra edits",
+            method,
+            len(planned),
+            sum(len(part) for _, part in planned),
+        )
+        for case_id, part in planned:
             requests = [direct[case_id], *requests_from_plan(part)]
             yield from run_job(
                 model,
