@@ -10,8 +10,8 @@ import torch
 
 from kebench.editing.propagation import consequence_keys
 from kebench.pipelines.mitigation.nodes import (
-    compare_mitigation,
     propagate_edits,
+    select_mitigation_edits,
     summarise_mitigation,
     track_mitigation_metrics,
 )
@@ -149,10 +149,10 @@ def test_edits_without_entailed_probes_are_excluded_and_counted(mitigated):
 def test_mitigation_needs_the_evaluation_of_its_methods(mitigated):
     scores = mitigated.load("probe_scores")
     with pytest.raises(ValueError, match=r"no evaluation scores for \['IKE'\]"):
-        compare_mitigation(
+        select_mitigation_edits(
+            mitigated.load("edit_manifest"),
             scores[scores["method"] != "IKE"],
-            mitigated.load("mitigated_probe_scores"),
-            mitigated.load("mitigation_probes"),
+            mitigated.load("params:mitigation"),
         )
 
 

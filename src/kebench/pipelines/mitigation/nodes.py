@@ -18,6 +18,7 @@ from kebench.editing.requests import requests_from_probes
 from kebench.editing.runner import make_job, run_job
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
+from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import PROBE_SCORES
 from kebench.scoring.evaluate import (
@@ -42,6 +43,22 @@ from kebench.scoring.tamper import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def select_mitigation_edits(
+    edit_manifest: pd.DataFrame, probe_scores: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """The stored edits to mitigate and audit; their methods must have been evaluated
+    (the original edits' scores come from the evaluation)."""
+    edits = select_edits(edit_manifest, params)
+    missing = sorted(set(edits["method"]) - set(probe_scores["method"]))
+    if missing:
+        raise ValueError(
+            f"no evaluation scores for {missing}: run the evaluation pipeline of the "
+            f"same methods first (kedro run --pipelines=evaluation "
+            f"--params=method={'+'.join(missing)})"
+        )
+    return edits
 
 
 def _ok_cases(mitigation_edits: pd.DataFrame) -> list[str]:
@@ -184,12 +201,6 @@ def compare_mitigation(
     """Per mitigated edit: EditSucc, held-out and propagated Consistency, locality,
     under the original edit and the mitigated one."""
     methods = mitigated_probe_scores["method"].unique()
-    missing = sorted(set(methods) - set(probe_scores["method"]))
-    if missing:
-        raise ValueError(
-            f"no evaluation scores for {missing}: run the evaluation pipeline of the "
-            "same methods first (kedro run --pipelines=evaluation)"
-        )
     original = probe_scores[probe_scores["method"].isin(methods)]
     return compare_edits(
         edit_measures(original, mitigation_probes),

@@ -3,7 +3,6 @@
 from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.editing.nodes import tabulate_edit_deltas
-from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.pipelines.mitigation.nodes import (
     audit_tampering,
     build_mitigation_report,
@@ -11,6 +10,7 @@ from kebench.pipelines.mitigation.nodes import (
     plan_mitigation,
     propagate_edits,
     score_mitigated_probes,
+    select_mitigation_edits,
     summarise_mitigation,
     summarise_tamper_audit,
     track_mitigation_metrics,
@@ -23,8 +23,8 @@ def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
             Node(
-                func=select_edits,
-                inputs=["edit_manifest", "params:mitigation"],
+                func=select_mitigation_edits,
+                inputs=["edit_manifest", "probe_scores", "params:mitigation"],
                 outputs="mitigation_edits",
                 name="select_mitigation_edits",
             ),

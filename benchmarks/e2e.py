@@ -1,0 +1,72 @@
+"""Time the whole demo run (what `kedro run` runs by default) and each pipeline in it.
+
+Usage: python benchmarks/e2e.py [--keep DIR]
+
+Runs every registered pipeline in data-flow order, in one process, with `kedro run`'s
+default parameters (the demo dataset, SmolLM2-135M-Instruct, ROME, 5 edits per risk) and
+every output under a fresh scratch folder (``kebench.project.run_pipeline``), so
+nothing is reused: the model's conversion from its GGUF counts in the editing time, as
+on a fresh clone. MLflow tracking is left out (a local SQLite write per run). Prints one
+JSON object: {"total_s": ..., "pipelines": {"<name>": seconds, ...}}. Target: the whole
+run in at most 15 minutes on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+with contextlib.redirect_stdout(sys.stderr):
+    from kebench.hooks import all_pipelines
+    from kebench.project import run_pipeline
+
+# data-flow order of the demo run
+ORDER = (
+    "kg_build",
+    "rule_mining",
+    "qa_generation",
+    "risk_unification",
+    "editing",
+    "evaluation",
+    "stealthiness",
+    "mitigation",
+)
+
+
+def time_pipelines(root: Path) -> dict[str, float]:
+    """Seconds of each pipeline, run one after the other under ``root``."""
+    missing = sorted(set(all_pipelines()) - set(ORDER))
+    if missing:
+        raise SystemExit(f"benchmarks/e2e.py: add {missing} to ORDER")
+    seconds = {}
+    for name in ORDER:
+        started = time.perf_counter()
+        run_pipeline(name, {}, root)
+        seconds[name] = round(time.perf_counter() - started, 1)
+        logging.getLogger(__name__).info("%s: %.1f s", name, seconds[name])
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--keep", type=Path, help="write the outputs here and keep them"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        with contextlib.redirect_stdout(sys.stderr):
+            seconds = time_pipelines(root)
+    result = {"total_s": round(sum(seconds.values()), 1), "pipelines": seconds}
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
