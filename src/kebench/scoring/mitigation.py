@@ -139,11 +139,11 @@ def gap_closure_rows(
 def plot_gap_closure(table: pd.DataFrame) -> Figure:
     """Per method: EditSucc, and Consistency on held-out probes before and after the
     mitigation (with the gap closure in the label)."""
-    figure, axis = plt.subplots(figsize=(1.8 + 1.6 * max(len(table), 1), 3.6))
+    figure, axis = plt.subplots(figsize=(2.4 + 1.6 * max(len(table), 1), 4.6))
     bars = [
         ("edit_succ", "EditSucc"),
-        ("consistency", "Consistency, original edit"),
-        ("consistency_mitigated", "Consistency, mitigated"),
+        ("consistency", "Consistency on held-out rules, original edit"),
+        ("consistency_mitigated", "Consistency on held-out rules, mitigated"),
     ]
     positions = np.arange(len(table))
     width = 0.8 / len(bars)
@@ -163,9 +163,11 @@ def plot_gap_closure(table: pd.DataFrame) -> Figure:
             for row in table.itertuples()
         ],
     )
-    axis.set_ylabel("% of probes (held-out entailed)")
+    axis.set_ylabel("% of probes")
     axis.set_ylim(0, 105)
-    axis.legend(fontsize="small", loc="lower right")
+    axis.legend(
+        fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1
+    )
     axis.set_title("Rule-guided propagation")
     figure.tight_layout()
     return figure
