@@ -201,3 +201,23 @@ def test_request_forms():
 def test_unknown_form_is_refused():
     with pytest.raises(ValueError, match="unknown propagation form 'both'"):
         plan(form="both")
+
+
+def test_a_held_out_rule_without_probes_leaves_nothing_to_test():
+    """c1's R2 consequence has no question (e.g. capped): held out alone, it tests
+    nothing."""
+    without_r2 = probes()
+    without_r2 = without_r2[without_r2["probe_id"] != "c1/1/q"]
+    reasons = set()
+    for seed in range(40):
+        _, roles, excluded = plan_propagation(
+            list(SUBJECTS),
+            FACTS.drop(columns="cloze"),
+            QUESTIONS,
+            without_r2,
+            verbaliser=VERBALISER,
+            held_out_share=0.3,
+            seed=seed,
+        )
+        reasons |= set(excluded.loc[excluded["case_id"] == "c1", "reason"])
+    assert "no entailed probe of a held-out rule" in reasons

@@ -165,6 +165,9 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
             "propagated",
             np.where(case_probes["probe_id"].isin(leaked), "leak", "held_out"),
         )
+        if not case_probes["rule_id"].isin(held_out).any():
+            excluded.append((case_id, "no entailed probe of a held-out rule"))
+            continue
         if not (role == "held_out").any():
             excluded.append(
                 (
