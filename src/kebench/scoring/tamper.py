@@ -30,7 +30,6 @@ positives and negatives.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -46,8 +45,6 @@ from kebench.editing.propagation import atomic_prompt
 from kebench.models.loading import LoadedModel
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.evaluate import ScoringSettings, score_pass
-
-logger = logging.getLogger(__name__)
 
 DETECTORS = (
     "rule_violation",
