@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import sys
 import tempfile
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 with contextlib.redirect_stdout(sys.stderr):
+    from model_cli import print_result
+
     from kebench.hooks import all_pipelines
     from kebench.project import run_pipeline
 
@@ -53,19 +54,20 @@ def time_pipelines(root: Path) -> dict[str, float]:
     return seconds
 
 
+def run(args: argparse.Namespace) -> dict:
+    """The seconds of each pipeline and their total, in a scratch folder or ``--keep``."""
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        seconds = time_pipelines(root)
+    return {"total_s": round(sum(seconds.values()), 1), "pipelines": seconds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--keep", type=Path, help="write the outputs here and keep them"
     )
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    with contextlib.ExitStack() as stack:
-        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        with contextlib.redirect_stdout(sys.stderr):
-            seconds = time_pipelines(root)
-    result = {"total_s": round(sum(seconds.values()), 1), "pipelines": seconds}
-    sys.stdout.write(json.dumps(result) + "\n")
+    print_result(run, parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -58,13 +58,10 @@ CONSEQUENCE_KINDS = {"rule_violation": "atomic", "rule_violation_chained": "chai
 
 def audit_pool(probes: pd.DataFrame, case_ids: Sequence[str]) -> list[str]:
     """The facts that can be audited: edits with an old answer and entailed probes."""
-    direct = probes[(probes["probe_type"] == "direct") & probes["answer_old"].notna()]
+    has_old = (probes["probe_type"] == "direct") & probes["answer_old"].notna()
     entailed = set(probes.loc[probes["probe_type"] == "entailed", "case_id"])
-    return [
-        c
-        for c in dict.fromkeys(case_ids)
-        if c in entailed and c in set(direct["case_id"])
-    ]
+    auditable = entailed & set(probes.loc[has_old, "case_id"])
+    return [c for c in dict.fromkeys(case_ids) if c in auditable]
 
 
 def audit_probes(

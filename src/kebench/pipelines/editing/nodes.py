@@ -10,7 +10,7 @@ import pandas as pd
 
 from kebench.editing.registry import EditContext, hparams_name
 from kebench.editing.requests import requests_from_probes
-from kebench.editing.runner import make_job, run_edits, select_methods
+from kebench.editing.runner import EditJob, make_job, run_edits, select_methods
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
 from kebench.schemas import EDIT_DELTAS
@@ -26,6 +26,14 @@ def first_edits_per_risk(probes: pd.DataFrame, n_edits: int | str) -> pd.DataFra
         direct.drop_duplicates("case_id").groupby("risk", sort=False).head(int(n_edits))
     )
     return direct[direct["case_id"].isin(first_cases["case_id"])]
+
+
+def method_job(
+    name: str, edit_hparams: dict[str, dict[str, Any]], mode: str, model_name: str
+) -> EditJob:
+    """The job of method ``name`` in ``mode``, with its hparams file for the model."""
+    where = f"hparams/{hparams_name(name)}/{model_name}.yaml"
+    return make_job(name, edit_hparams[hparams_name(name)], mode, where)
 
 
 def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -47,12 +55,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     every_request = requests_from_probes(probes)
     requests = requests_from_probes(first_edits_per_risk(probes, params["n_edits"]))
     jobs = [
-        make_job(
-            name,
-            edit_hparams[hparams_name(name)],
-            params["mode"],
-            f"hparams/{hparams_name(name)}/{model.name}.yaml",
-        )
+        method_job(name, edit_hparams, params["mode"], model.name)
         for name in select_methods(params["methods"], list(edit_hparams))
     ]
     context = EditContext(

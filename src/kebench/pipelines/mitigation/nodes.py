@@ -13,11 +13,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kebench.editing.propagation import plan_propagation, requests_from_plan
-from kebench.editing.registry import EditContext, hparams_name
+from kebench.editing.registry import EditContext
 from kebench.editing.requests import requests_from_probes
-from kebench.editing.runner import make_job, run_job
+from kebench.editing.runner import run_job
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
+from kebench.pipelines.editing.nodes import method_job
 from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import PROBE_SCORES
@@ -113,21 +114,17 @@ def propagate_edits(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 ) -> Iterator[EditOutcome]:
     """Each planned edit again, with its extra edits: one MEMIT batch, or in sequence
     for the other methods; yields every delta as it is made (a rerun resumes)."""
-    direct = {r.case_id: r for r in requests_from_probes(probes)}
+    every_request = requests_from_probes(probes)
+    direct = {r.case_id: r for r in every_request}
     context = EditContext(
         stats_dir=covariance_stats,
-        pool=list(direct.values()),
+        pool=every_request,
         seed=int(editing_params["seed"]),
     )
     extra = propagation_requests.groupby("case_id", sort=False)
     for method in sorted(mitigation_edits["method"].unique()):
         ok = set(_ok_cases(mitigation_edits[mitigation_edits["method"] == method]))
-        job = make_job(
-            method,
-            edit_hparams[hparams_name(method)],
-            "sequential",
-            f"hparams/{hparams_name(method)}/{model.name}.yaml",
-        )
+        job = method_job(method, edit_hparams, "sequential", model.name)
         if job.method.batchable:
             job = replace(job, mode="batch")
         planned = [(c, part) for c, part in extra if c in ok]
@@ -171,14 +168,12 @@ def score_mitigated_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     selected = mitigated_manifest["method"].isin(mitigation_edits["method"])
     parts = []
     for method, rows in mitigated_manifest[selected].groupby("method"):
-        failed = rows[rows["status"] == "failed"]
-        broken = propagation_requests[
-            propagation_requests["case_id"].isin(failed["case_id"])
-            | propagation_requests["fact_id"].isin(failed["case_id"])
-        ]
-        plan = propagation_requests.drop(broken.index)
+        # a case with a failed edit of its own or an extra one has a row missing
+        # among the ok rows: mitigated_groups leaves it out
         groups = mitigated_groups(
-            rows[rows["status"] == "ok"], plan, mitigated_deltas_stored.load
+            rows[rows["status"] == "ok"],
+            propagation_requests,
+            mitigated_deltas_stored.load,
         )
         scores = edited_scores(
             model,
