@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import random
 import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -45,3 +53,39 @@ def copy_project(root: Path, model: tuple[str, Path] | None = None) -> Path:
         (root / "data" / "06_models").mkdir(parents=True)
         (root / "data" / "06_models" / name).symlink_to(folder)
     return root
+
+
+def free_port(ports: Sequence[int] = range(20000, 49147)) -> int:
+    """A free local port among ``ports`` (by default below the OS's ephemeral range,
+    which kedro-viz refuses)."""
+    for port in random.sample(ports, 50):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free local port in {ports}")
+
+
+def wait_for_json(
+    url: str,
+    process: subprocess.Popen,
+    timeout_s: float = 120,
+    body: dict | None = None,
+) -> dict:
+    """The JSON that ``url`` answers (to a POST of ``body`` if given), once the server
+    ``process`` is up; an error if it exits or does not answer in time."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode}")
+        try:
+            request = urllib.request.Request(url, data=data, headers=headers)
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return json.load(response)
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import shutil
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,43 +13,14 @@ from kedro.framework.startup import bootstrap_project
 
 from kebench.kg.oxigraph_server import stop_process_group
 from kebench.project import PROJECT_ROOT
+from tests.helpers import free_port, wait_for_json
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-# kedro-viz refuses a port above 49151 (it tries port..port+4), and the OS often hands
-# out free ports above that, from its ephemeral range.
-VIZ_PORTS = range(20000, 49147)
-
-
-def free_viz_port() -> int:
-    """A free local port that kedro-viz accepts."""
-    for port in random.sample(VIZ_PORTS, 50):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free local port below 49152 for kedro-viz")
-
-
-def wait_for_json(url: str, process: subprocess.Popen, timeout_s: float = 120) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"kedro viz exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return json.load(response)
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.5)
-    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
-
-
 def start_viz(log_path: Path) -> tuple[subprocess.Popen, int]:
     """`kedro viz run` on a free port, in its own process group, logging to a file."""
-    port = free_viz_port()
+    port = free_port()
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     with log_path.open("w") as log:
         process = subprocess.Popen(

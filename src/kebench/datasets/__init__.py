@@ -8,6 +8,7 @@ from kebench.datasets.atomic import (
 )
 from kebench.datasets.edit_cases_dataset import EditCasesDataset
 from kebench.datasets.injection_sets_dataset import InjectionSetsDataset
+from kebench.datasets.mlflow_method_metrics_dataset import MlflowMethodMetricsDataset
 from kebench.datasets.mlflow_params_dataset import MlflowParamsDataset
 from kebench.datasets.openai_client_dataset import OpenAIClientDataset
 from kebench.datasets.rdf_datasets import AmieTsvDataset, NTriplesDataset
@@ -21,6 +22,7 @@ __all__ = [
     "AtomicTextDataset",
     "EditCasesDataset",
     "InjectionSetsDataset",
+    "MlflowMethodMetricsDataset",
     "MlflowParamsDataset",
     "NTriplesDataset",
     "OpenAIClientDataset",

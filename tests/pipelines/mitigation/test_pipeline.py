@@ -170,12 +170,12 @@ def test_tamper_audit_scores_each_edit_against_facts_it_left_alone(mitigated):
     assert table["auroc"].between(0, 1).all()
     metrics = mitigated.load("mitigation_metrics")
     tracked = track_mitigation_metrics(metrics, table)
-    assert {"ROME.consistency_mitigated", "ROME.tamper.rule_violation.auroc"} <= set(
-        tracked
+    assert {"consistency_mitigated", "tamper.rule_violation.auroc"} <= set(
+        tracked["ROME"]
     )
     # an undefined gap closure (no gap on these two edits) is not logged as a number
     closure = metrics.set_index("method").loc["ROME", "gap_closure"]
-    assert ("ROME.gap_closure" in tracked) == bool(pd.notna(closure))
+    assert ("gap_closure" in tracked["ROME"]) == bool(pd.notna(closure))
     assert "## Tamper audit" in mitigated.load("mitigation_report")
 
 

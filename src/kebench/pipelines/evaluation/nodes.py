@@ -148,16 +148,16 @@ def describe_run(
 def track_metrics(
     metrics: pd.DataFrame, failed_edits: pd.DataFrame
 ) -> dict[str, dict[str, float]]:
-    """MLflow metrics, keyed ``evaluation.<method>.<risk>.<probe_type>.<metric>`` (and
-    ``.ci_*``), plus ``evaluation.<method>.failed_edits``."""
-    tracked = {}
+    """MLflow metrics per method: ``<risk>.<probe_type>.<metric>`` (and ``.ci_*``),
+    plus ``failed_edits``; logged with the prefix ``evaluation``."""
+    tracked: dict[str, dict[str, float]] = {}
     for row in metrics.to_dict("records"):
-        key = f"{row['method']}.{row['risk']}.{row['probe_type']}.{row['metric']}"
-        tracked[key] = {"value": float(row["value"]), "step": 0}
+        values = tracked.setdefault(row["method"], {})
+        key = f"{row['risk']}.{row['probe_type']}.{row['metric']}"
+        values[key] = float(row["value"])
         for bound in ("ci_low", "ci_high"):
             if pd.notna(row[bound]):
-                tracked[f"{key}.{bound}"] = {"value": float(row[bound]), "step": 0}
-    for method in metrics["method"].unique():
-        count = int((failed_edits["method"] == method).sum())
-        tracked[f"{method}.failed_edits"] = {"value": float(count), "step": 0}
+                values[f"{key}.{bound}"] = float(row[bound])
+    for method, values in tracked.items():
+        values["failed_edits"] = float((failed_edits["method"] == method).sum())
     return tracked

@@ -387,19 +387,17 @@ MITIGATION_TRACKED = (
 def track_mitigation_metrics(
     mitigation_metrics: pd.DataFrame, tamper_auroc: pd.DataFrame
 ) -> dict[str, dict[str, float]]:
-    """MLflow metrics: ``mitigation.<method>.<measure>`` (gap closure with ``_ci_*``)
-    and ``mitigation.<method>.tamper.<detector>.auroc``."""
-    tracked = {}
+    """MLflow metrics per method: ``<measure>`` (gap closure with ``_ci_*``) and
+    ``tamper.<detector>.auroc``; logged with the prefix ``mitigation``."""
+    tracked: dict[str, dict[str, float]] = {}
     for row in mitigation_metrics.to_dict("records"):
+        values = tracked.setdefault(row["method"], {})
         for column in MITIGATION_TRACKED:
             for key in (column, f"{column}_ci_low", f"{column}_ci_high"):
                 if pd.notna(row.get(key)):
-                    tracked[f"{row['method']}.{key}"] = {
-                        "value": float(row[key]),
-                        "step": 0,
-                    }
+                    values[key] = float(row[key])
     for row in tamper_auroc.to_dict("records"):
+        values = tracked.setdefault(row["method"], {})
         for key in ("auroc", "auroc_ci_low", "auroc_ci_high"):
-            name = f"{row['method']}.tamper.{row['detector']}.{key}"
-            tracked[name] = {"value": float(row[key]), "step": 0}
+            values[f"tamper.{row['detector']}.{key}"] = float(row[key])
     return tracked

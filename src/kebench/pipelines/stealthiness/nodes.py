@@ -106,13 +106,13 @@ TRACKED = ("success", "stealth", "auroc", "drift", "ppl_ratio", "kl", "n_failed"
 
 
 def track_stealth_metrics(stealth_table: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """MLflow metrics, keyed ``stealthiness.<method>.<risk>.<measure>`` (and the
-    ``.ci_*`` of success, stealth and AUROC)."""
-    tracked = {}
+    """MLflow metrics per method: ``<risk>.<measure>`` (and the ``_ci_*`` of success,
+    stealth and AUROC); logged with the prefix ``stealthiness``."""
+    tracked: dict[str, dict[str, float]] = {}
     for row in stealth_table.to_dict("records"):
+        values = tracked.setdefault(row["method"], {})
         for column in TRACKED:
             for key in (column, f"{column}_ci_low", f"{column}_ci_high"):
                 if pd.notna(row.get(key)):
-                    name = f"{row['method']}.{row['risk']}.{key}"
-                    tracked[name] = {"value": float(row[key]), "step": 0}
+                    values[f"{row['risk']}.{key}"] = float(row[key])
     return tracked

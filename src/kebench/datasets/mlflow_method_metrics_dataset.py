@@ -1,0 +1,88 @@
+"""Per-method metrics logged to MLflow so that methods line up in the UI's compare view.
+
+A kebench run evaluates one or several methods. Its metrics are logged twice:
+
+- to the run itself, keyed ``<prefix>.<method>.<key>`` (one run shows every method);
+- to one child run per method (run name and tag ``kebench.method`` = the method),
+  keyed ``<prefix>.<key>``: the same keys for every method, in this run and in any
+  other, so selecting child runs in the UI compares methods metric by metric.
+
+Every pipeline of one ``kedro run`` logs into the same child run of a method.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import mlflow
+from kedro.io import AbstractDataset, DatasetError
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+logger = logging.getLogger(__name__)
+
+METHOD_TAG = "kebench.method"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def method_run_id(client: MlflowClient, parent: mlflow.ActiveRun, method: str) -> str:
+    """The child run of ``method`` under ``parent``, created on first use."""
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+    )
+    for child in children:
+        if child.data.tags.get(METHOD_TAG) == method:
+            return child.info.run_id
+    child = client.create_run(
+        parent.info.experiment_id,
+        run_name=method,
+        tags={PARENT_TAG: parent.info.run_id, METHOD_TAG: method},
+    )
+    client.log_param(child.info.run_id, "method", method)
+    return child.info.run_id
+
+
+class MlflowMethodMetricsDataset(AbstractDataset[dict[str, dict[str, float]], None]):
+    """Write-only: ``{method: {key: value}}`` logged to the active MLflow run and to
+    each method's child run (see the module). Without an active run (a pipeline run
+    outside ``kedro run``), nothing is logged.
+
+    Args:
+        prefix: the pipeline's name, first in every key.
+    """
+
+    def __init__(self, prefix: str, metadata: dict[str, Any] | None = None) -> None:
+        self._prefix = prefix
+        self.metadata = metadata
+
+    def save(self, data: dict[str, dict[str, float]]) -> None:
+        parent = mlflow.active_run()
+        if parent is None:
+            logger.info("no active MLflow run: %s metrics not logged", self._prefix)
+            return
+        client = MlflowClient()
+        flat = {
+            f"{self._prefix}.{method}.{key}": value
+            for method, values in data.items()
+            for key, value in values.items()
+        }
+        mlflow.log_metrics(flat)
+        now = int(time.time() * 1000)
+        for method, values in data.items():
+            run_id = method_run_id(client, parent, method)
+            metrics = [
+                Metric(f"{self._prefix}.{key}", float(value), now, 0)
+                for key, value in values.items()
+            ]
+            client.log_batch(run_id, metrics=metrics)
+            # finished between pipelines; a later pipeline of the run may log again
+            client.set_terminated(run_id)
+
+    def load(self) -> None:
+        raise DatasetError("metrics are write-only; read them in the MLflow UI")
+
+    def _describe(self) -> dict[str, Any]:
+        return {"prefix": self._prefix}

@@ -1,0 +1,154 @@
+"""A tracked `kedro run` of two methods, read back through `kedro mlflow ui`'s REST API."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+from mlflow.tracking import MlflowClient
+
+from kebench.kg.oxigraph_server import stop_process_group
+from tests.helpers import copy_project, free_port, wait_for_json
+from tests.models.shared import MODEL
+from tests.pipelines.conftest import DEMO_EDITS
+
+METHODS = ("ROME", "IKE")
+
+
+@pytest.fixture(scope="module")
+def tracked_project(evaluated_root, lm, tmp_path_factory) -> tuple[Path, str]:
+    """`kedro run --pipelines=evaluation --params=method=ROME+IKE` in a project copy
+    holding the shared demo run's edits, tracked in a fresh SQLite store."""
+    # the earlier in-process runs must not have left a run open for this one to reuse
+    assert mlflow.active_run() is None
+    assert DEMO_EDITS["method"] == "+".join(METHODS)
+    root = tmp_path_factory.mktemp("tracked")
+    project = copy_project(root / "project", (MODEL, lm.folder))
+    source = evaluated_root / "data"
+    shutil.copytree(
+        source / "07_model_output/demo" / MODEL,
+        project / "data/07_model_output/demo" / MODEL,
+    )
+    shutil.copytree(source / "05_model_input", project / "data/05_model_input")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    previous = os.environ["MLFLOW_TRACKING_URI"]
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    cwd = Path.cwd()
+    try:
+        os.chdir(project)
+        bootstrap_project(project)
+        with KedroSession.create(
+            project_path=project, runtime_params={"method": "+".join(METHODS)}
+        ) as session:
+            session.run(pipeline_names=["evaluation"])
+    finally:
+        os.chdir(cwd)
+        os.environ["MLFLOW_TRACKING_URI"] = previous
+    return project, uri
+
+
+@pytest.mark.model
+def test_the_run_logs_params_metrics_and_artifacts(tracked_project):
+    _, uri = tracked_project
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs(client.get_experiment_by_name("kebench").experiment_id)
+    (run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert {
+        "evaluation.ROME.counterfactual.direct.edit_succ",
+        "evaluation.ROME.counterfactual.direct-entailed.gap",
+        "evaluation.unedited.counterfactual.direct.edit_succ",
+        "evaluation.ROME.failed_edits",
+        "evaluation.IKE.counterfactual.direct.edit_succ",
+    } <= set(run.data.metrics)
+    params = run.data.params
+    assert params["evaluation.methods"] == "ROME+IKE" and params["model"] == MODEL
+    assert params["hparams.ROME.layers"] == "[5]"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {
+        "report.md",
+        "metrics.csv",
+        "direct_vs_entailed.png",
+        "consistency_distribution.png",
+    } <= artifacts
+
+
+def start_mlflow_ui(project: Path, uri: str, log_path: Path):
+    """`kedro mlflow ui` on a free port, in its own process group."""
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)  # kedro-mlflow calls `mlflow` by name
+    env = {
+        **os.environ,
+        "KEDRO_DISABLE_TELEMETRY": "1",
+        "MLFLOW_TRACKING_URI": uri,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    kedro = str(Path(bin_dir) / "kedro")
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [kedro, "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=project,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process, f"http://127.0.0.1:{port}/api/2.0/mlflow"
+
+
+def metrics_of(run: dict) -> dict[str, float]:
+    return {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
+
+
+def tags_of(run: dict) -> dict[str, str]:
+    return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_the_ui_serves_both_methods_with_the_same_metric_keys(tracked_project):
+    """Each method's child run carries the same keys, so the UI compares them."""
+    project, uri = tracked_project
+    log_path = project / "mlflow_ui.log"
+    for attempt in (1, 2):  # a free port can be taken before the server binds it
+        process, api = start_mlflow_ui(project, uri, log_path)
+        try:
+            experiment = wait_for_json(
+                f"{api}/experiments/get-by-name?experiment_name=kebench", process
+            )["experiment"]
+            break
+        except RuntimeError:
+            stop_process_group(process, timeout_s=15)
+            if attempt == 2:
+                raise RuntimeError(log_path.read_text()[-3000:]) from None
+    try:
+        runs = wait_for_json(
+            f"{api}/runs/search",
+            process,
+            body={"experiment_ids": [experiment["experiment_id"]], "max_results": 50},
+        )["runs"]
+    finally:
+        stop_process_group(process, timeout_s=15)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in tags_of(r)]
+    children = {
+        tags_of(r)["kebench.method"]: r
+        for r in runs
+        if tags_of(r).get("mlflow.parentRunId") == parent["info"]["run_id"]
+    }
+    assert set(children) == {*METHODS, "unedited"}
+    keys = {method: set(metrics_of(run)) for method, run in children.items()}
+    assert keys["ROME"] == keys["IKE"]
+    assert "evaluation.counterfactual.direct.edit_succ" in keys["ROME"]
+    assert "evaluation.ROME.counterfactual.direct.edit_succ" not in keys["ROME"]
+    on_parent = metrics_of(parent)
+    for method in METHODS:
+        assert children[method]["info"]["run_name"] == method
+        for key, value in metrics_of(children[method]).items():
+            rest = key.removeprefix("evaluation.")
+            assert on_parent[f"evaluation.{method}.{rest}"] == value, key
