@@ -34,11 +34,14 @@ def load_config(
 def _relocate(
     entry: dict[str, Any], project_root: Path, output_root: Path
 ) -> dict[str, Any]:
-    filepath = entry.get("filepath")
+    # a PartitionedDataset's folder is "path" (edit_hparams' "path" is conf, left as is)
+    partitioned = str(entry.get("path", "")).startswith("data/")
+    key = "path" if partitioned else "filepath"
+    filepath = entry.get(key)
     if isinstance(filepath, str) and not filepath.startswith("data/01_raw"):
-        entry = {**entry, "filepath": str(output_root / filepath)}
+        entry = {**entry, key: str(output_root / filepath)}
     elif isinstance(filepath, str) and not Path(filepath).is_absolute():
-        entry = {**entry, "filepath": str(project_root / filepath)}
+        entry = {**entry, key: str(project_root / filepath)}
     return entry
 
 

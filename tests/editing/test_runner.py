@@ -8,7 +8,7 @@ import torch
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.quality import measure_edits
 from kebench.editing.registry import EditContext
-from kebench.editing.runner import make_job, run_edits, select_methods
+from kebench.editing.runner import make_job, run_job, select_methods
 from kebench.editing.store import DeltaStore, file_stem
 from kebench.schemas import EDIT_DELTAS
 from kebench.scoring.logprobs import score_answers
@@ -27,11 +27,12 @@ def hparams():
 
 def run(lm, requests, jobs, *, store, context):
     outcomes = []
-    for outcome in run_edits(
-        lm, requests, jobs, store=store, context=context, max_relative_norm=1.0
-    ):
-        store.write(outcome)
-        outcomes.append(outcome)
+    for job in jobs:
+        for outcome in run_job(
+            lm, requests, job, store=store, context=context, max_relative_norm=1.0
+        ):
+            store.write(outcome)
+            outcomes.append(outcome)
     return outcomes
 
 

@@ -12,6 +12,7 @@ import torch
 from kebench.editing.registry import EditContext, get_method
 from kebench.project import PROJECT_ROOT
 from kebench.scoring.stealth import (
+    base_capability,
     benign_share,
     boolq_probes,
     drift_measures,
@@ -288,13 +289,14 @@ def test_the_demo_general_probes_are_mostly_known(lm):
 @pytest.mark.model
 def test_a_rome_edit_drifts_and_an_empty_one_does_not(lm, rome_delta):
     sets = demo_sets()
+    base = base_capability(lm, sets)
     before = [p.detach().clone() for p in lm.model.parameters()]
-    drift = edit_drift(lm, sets, {"ROME": [(["c1"], [rome_delta])]}).iloc[0]
+    drift = edit_drift(lm, sets, base, {"ROME": [(["c1"], [rome_delta])]}).iloc[0]
     assert drift["kl"] > 1e-6
     assert drift["ppl_edit"] != drift["ppl_base"]
     # the delta was reverted: the weights are the base ones again
     assert all(
         torch.equal(a, b) for a, b in zip(before, lm.model.parameters(), strict=True)
     )
-    still = edit_drift(lm, sets, {"none": [(["c2"], [])]}).iloc[0]
+    still = edit_drift(lm, sets, base, {"none": [(["c2"], [])]}).iloc[0]
     assert still["kl"] == 0.0 and still["ppl_edit"] == still["ppl_base"]

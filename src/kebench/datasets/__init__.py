@@ -12,6 +12,7 @@ from kebench.datasets.mlflow_method_metrics_dataset import MlflowMethodMetricsDa
 from kebench.datasets.mlflow_params_dataset import MlflowParamsDataset
 from kebench.datasets.openai_client_dataset import OpenAIClientDataset
 from kebench.datasets.rdf_datasets import AmieTsvDataset, NTriplesDataset
+from kebench.datasets.shard_partitions_dataset import ShardPartitionsDataset
 from kebench.datasets.sparql_endpoint_dataset import SparqlEndpointDataset
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "MlflowParamsDataset",
     "NTriplesDataset",
     "OpenAIClientDataset",
+    "ShardPartitionsDataset",
     "SparqlEndpointDataset",
 ]

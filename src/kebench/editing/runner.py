@@ -8,7 +8,8 @@ Modes:
 Each edit has a fingerprint: model, method, mode, hparams, request and seed (and, in
 sequential mode, the previous edit's fingerprint). An edit whose stored row has the
 same fingerprint is skipped, so a killed run resumes where it stopped and produces the
-same deltas as an uninterrupted one. A delta with NaN or inf values, a change larger
+same deltas as an uninterrupted one. Single and batch runs are cut into shards that
+run anywhere (``kebench.compute``); a sequential run is one shard. A delta with NaN or inf values, a change larger
 than ``max_relative_norm`` times its weight's norm, or an edited model whose logits are
 not finite, is recorded as failed with the reason, and the run goes on.
 """
@@ -21,11 +22,13 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from kebench.compute.engine import chunks
 from kebench.editing.delta import (
     Applied,
     Delta,
@@ -132,6 +135,16 @@ def _units(requests: Sequence[EditRequest], job: EditJob) -> list[list[EditReque
     return [list(requests[i : i + size]) for i in range(0, len(requests), size)]
 
 
+def unit_fingerprint(
+    model: str, job: EditJob, unit: list[EditRequest], seed: int, previous: str
+) -> str:
+    """The fingerprint of one edit (or batch); ``previous`` only in sequential mode."""
+    keys = [asdict(r) for r in unit]
+    return fingerprint(
+        model, job.method.name, job.mode, job.raw_hparams, keys, seed, previous
+    )
+
+
 def _delta_file(job: EditJob, unit: list[EditRequest], unit_fp: str) -> str:
     name = file_stem(unit[0].case_id) if len(unit) == 1 else f"batch-{unit_fp[:16]}"
     return f"{job.method.name}/{job.mode}/{name}.safetensors"
@@ -161,20 +174,19 @@ def run_job(  # noqa: PLR0913 - the run's inputs
     store: DeltaStore,
     context: EditContext,
     max_relative_norm: float,
+    first_order: int = 0,
 ) -> Iterator[EditOutcome]:
-    """Yield one outcome per request; skip those already stored with the same fingerprint."""
+    """Yield one outcome per request; skip those already stored with the same
+    fingerprint. ``first_order``: the run's position of the first request (a shard's)."""
     name, mode = job.method.name, job.mode
     stored = store.rows(name, mode)
     applied: list[Applied] = []
     previous = ""
-    order = 0
+    order = first_order
     progress = tqdm(total=len(requests), desc=f"{name} ({mode})", unit="edit")
     try:
         for unit in _units(requests, job):
-            keys = [asdict(r) for r in unit]
-            unit_fp = fingerprint(
-                lm.name, name, mode, job.raw_hparams, keys, context.seed, previous
-            )
+            unit_fp = unit_fingerprint(lm.name, job, unit, context.seed, previous)
             rows = [stored.get(r.case_id) for r in unit]
             if all(row is not None and row["fingerprint"] == unit_fp for row in rows):
                 if mode == "sequential" and rows[0]["status"] == "ok":
@@ -182,7 +194,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                         apply_delta(lm.model, store.load(rows[0]["delta_file"]))
                     )
                 order += len(unit)
-                previous = unit_fp
+                previous = unit_fp if mode == "sequential" else ""
                 progress.update(len(unit))
                 continue
             delta, reason, description, wall_s = _compute(
@@ -217,7 +229,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                 order += 1
                 first_ok = position == 0 and not reason
                 yield EditOutcome(row=row, delta=delta if first_ok else None)
-            previous = unit_fp
+            previous = unit_fp if mode == "sequential" else ""
             progress.update(len(unit))
     finally:
         progress.close()
@@ -225,29 +237,91 @@ def run_job(  # noqa: PLR0913 - the run's inputs
             revert_delta(lm.model, done)
 
 
-def run_edits(  # noqa: PLR0913 - the run's inputs
-    lm: LoadedModel,
+@dataclass(frozen=True)
+class EditShard:
+    """Consecutive requests of one job, with what a worker needs to edit them."""
+
+    requests: tuple[EditRequest, ...]
+    job: EditJob
+    store_root: Path
+    context: EditContext
+    max_relative_norm: float
+    first_order: int
+
+
+def run_edit_shard(lm: LoadedModel, shard: EditShard) -> list[EditOutcome]:
+    """Edit one shard (a ``kebench.compute`` task): its outcomes, stored or new."""
+    return list(
+        run_job(
+            lm,
+            shard.requests,
+            shard.job,
+            store=DeltaStore(shard.store_root),
+            context=shard.context,
+            max_relative_norm=shard.max_relative_norm,
+            first_order=shard.first_order,
+        )
+    )
+
+
+def _shard_requests(
+    requests: list[EditRequest], job: EditJob, shard_size: int
+) -> list[list[EditRequest]]:
+    if job.mode == "sequential":
+        return [requests]  # each edit builds on the previous ones
+    # whole batches: about shard_size edits, at least one batch
+    batches = max(1, round(shard_size / job.batch_size))
+    return chunks(requests, batches * job.batch_size)
+
+
+def _shard_done(
+    shard: list[EditRequest],
+    job: EditJob,
+    stored: dict[str, dict],
+    model: str,
+    seed: int,
+) -> bool:
+    """Every edit of a single or batch shard stored with its current fingerprint."""
+    if job.mode == "sequential":
+        return False  # run_job replays the stored deltas and resumes after them
+    for unit in _units(shard, job):
+        unit_fp = unit_fingerprint(model, job, unit, seed, "")
+        rows = [stored.get(r.case_id) for r in unit]
+        if not all(row is not None and row["fingerprint"] == unit_fp for row in rows):
+            return False
+    return True
+
+
+def edit_shards(  # noqa: PLR0913 - the run's inputs
+    model: str,
     requests: Sequence[EditRequest],
     jobs: Sequence[EditJob],
     *,
     store: DeltaStore,
     context: EditContext,
     max_relative_norm: float,
-) -> Iterator[EditOutcome]:
-    """Every job over every request, in order; the model's weights are unchanged after."""
+    shard_size: int,
+) -> dict[str, EditShard]:
+    """The shards of every job still to edit, keyed ``<METHOD>/<mode>/<index>``."""
+    shards = {}
     for job in jobs:
+        stored = store.rows(job.method.name, job.mode)
+        order = 0
+        parts = _shard_requests(list(requests), job, shard_size)
+        for index, part in enumerate(parts):
+            if not _shard_done(part, job, stored, model, context.seed):
+                key = f"{job.method.name}/{job.mode}/{index:04d}"
+                shards[key] = EditShard(
+                    tuple(part), job, store.root, context, max_relative_norm, order
+                )
+            order += len(part)
         logger.info(
-            "Editing %s with %s (%s mode): %d requests",
-            lm.name,
+            "Editing %s with %s (%s mode): %d requests, %d of %d shards to run",
+            model,
             job.method.name,
             job.mode,
             len(requests),
+            sum(key.startswith(f"{job.method.name}/{job.mode}/") for key in shards),
+            len(parts),
         )
-        yield from run_job(
-            lm,
-            requests,
-            job,
-            store=store,
-            context=context,
-            max_relative_norm=max_relative_norm,
-        )
+    return shards

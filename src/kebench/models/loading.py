@@ -54,6 +54,8 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     folder: Path
+    # the registry entry it was loaded from: lets a Dask worker load the same model
+    spec: ModelSpec | None = None
 
     @property
     def device(self) -> torch.device:
@@ -292,4 +294,6 @@ def load_model(spec: ModelSpec, cache_folder: Path) -> LoadedModel:
         dtype,
         parameter_bytes(model) / 1e6,
     )
-    return LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, folder=folder)
+    return LoadedModel(
+        name=spec.name, model=model, tokenizer=tokenizer, folder=folder, spec=spec
+    )

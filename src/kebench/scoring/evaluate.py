@@ -18,6 +18,8 @@ import torch
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
+from kebench.editing.runner import fingerprint
+from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.schemas import PROBE_SCORES
 from kebench.scoring.logprobs import ContextOverflowError, score_answers
@@ -237,3 +239,78 @@ def delta_groups(
         return
     for delta_file, part in ordered.groupby("delta_file", sort=False):
         yield list(part["case_id"]), [load(delta_file)]
+
+
+def plan_shards(edits: pd.DataFrame, shard_size: int, *salt: object) -> pd.DataFrame:
+    """``edits`` (ok manifest rows) with a ``shard`` column: consecutive delta groups of
+    one method and mode, about ``shard_size`` cases each.
+
+    A shard's key, ``<METHOD>/<mode>/<index>-<hash>``, hashes the fingerprints of the
+    edits it applies and ``salt`` (the scoring settings), so a stored shard is reused
+    only for the same edits scored the same way.
+    """
+    parts = []
+    for (method, mode), rows in edits.groupby(["method", "mode"], sort=True):
+        ordered = rows.sort_values("order")
+        if mode == "sequential":  # every case sees every delta: cut by case
+            groups = [ordered.iloc[[i]] for i in range(len(ordered))]
+            applied = list(ordered["fingerprint"])
+        else:
+            groups = [g for _, g in ordered.groupby("delta_file", sort=False)]
+            applied = []
+        shards: list[list[pd.DataFrame]] = [[]]
+        for group in groups:
+            if sum(len(g) for g in shards[-1]) >= shard_size:
+                shards.append([])
+            shards[-1].append(group)
+        for index, shard in enumerate(shards):
+            part = pd.concat(shard)
+            digest = fingerprint(list(part["fingerprint"]), applied, *salt)
+            parts.append(
+                part.assign(shard=f"{method}/{mode}/{index:04d}-{digest[:12]}")
+            )
+    if not parts:
+        return edits.assign(shard=pd.Series(dtype=str))
+    return pd.concat(parts, ignore_index=True)
+
+
+def shard_delta_groups(
+    plan: pd.DataFrame, shard: str, load: Callable[[str], Delta]
+) -> Iterator[tuple[list[str], list[Delta]]]:
+    """``delta_groups`` of one shard of ``plan`` (one method and mode); a sequential
+    shard's cases get every delta of the run."""
+    rows = plan[plan["shard"] == shard]
+    if rows.empty or rows["mode"].iloc[0] != "sequential":
+        yield from delta_groups(rows, load)
+        return
+    _, deltas = next(delta_groups(plan, load))
+    yield list(rows["case_id"]), deltas
+
+
+@dataclass(frozen=True)
+class ScoreShard:
+    """One shard's probes scored under its method's edits (a ``kebench.compute`` task).
+
+    Attributes:
+        plan: the planned edits of the shard's method and mode.
+        probes: the shard's probes; base: their base-model scores (both by probe_id).
+    """
+
+    shard: str
+    plan: pd.DataFrame
+    probes: pd.DataFrame
+    base: pd.DataFrame
+    store_root: str
+    settings: ScoringSettings
+
+
+def score_shard(lm: LoadedModel, shard: ScoreShard) -> pd.DataFrame:
+    """``probe_scores`` rows of one shard."""
+    method = shard.plan["method"].iloc[0]
+    groups = shard_delta_groups(
+        shard.plan, shard.shard, DeltaStore(shard.store_root).load
+    )
+    edited = edited_scores(
+        lm, shard.probes, groups, shard.settings, f"scoring {method}"
+    )
+    return probe_score_rows(shard.probes, shard.base, edited, lm.name, method)

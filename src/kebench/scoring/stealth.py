@@ -47,7 +47,9 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
+from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.scoring.evaluate import shard_delta_groups
 from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
 from kebench.scoring.metrics import bootstrap_ci, probe_outcomes
 
@@ -289,21 +291,29 @@ DRIFT_COLUMNS = [
 ]
 
 
-def edit_drift(
-    lm: LoadedModel,
-    sets: GeneralSets,
-    groups: Mapping[str, Iterable[tuple[Sequence[str], Sequence[Delta]]]],
-    batch_size: int = 8,
-) -> pd.DataFrame:
-    """Capability of the base model (once) and under each group's deltas, per case.
-
-    Args:
-        groups: per method, ``(case_ids, deltas)`` as ``delta_groups`` yields them.
-    """
+def base_capability(
+    lm: LoadedModel, sets: GeneralSets, batch_size: int = 8
+) -> Capability:
+    """The unedited model's measures, the reference of every edit's drift."""
     base = measure_capability(lm, sets, "", batch_size)
     logger.info(
         "base model: perplexity %.2f, accuracy %s", base.perplexity, base.accuracy
     )
+    return base
+
+
+def edit_drift(
+    lm: LoadedModel,
+    sets: GeneralSets,
+    base: Capability,
+    groups: Mapping[str, Iterable[tuple[Sequence[str], Sequence[Delta]]]],
+    batch_size: int = 8,
+) -> pd.DataFrame:
+    """Capability under each group's deltas next to ``base``, per case.
+
+    Args:
+        groups: per method, ``(case_ids, deltas)`` as ``delta_groups`` yields them.
+    """
     rows = []
     for method, method_groups in groups.items():
         for case_ids, deltas in tqdm(
@@ -326,6 +336,31 @@ def edit_drift(
             rows += [{"method": method, "case_id": c} | row for c in case_ids]
         logger.info("measured the drift of %s", method)
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class DriftShard:
+    """One shard's edits measured on the general sets (a ``kebench.compute`` task).
+
+    Attributes:
+        plan: the planned edits of the shard's method and mode (``plan_shards``).
+    """
+
+    shard: str
+    plan: pd.DataFrame
+    sets: GeneralSets
+    base: Capability
+    store_root: str
+    batch_size: int
+
+
+def measure_drift_shard(lm: LoadedModel, shard: DriftShard) -> pd.DataFrame:
+    """``edit_drift`` rows of one shard."""
+    method = shard.plan["method"].iloc[0]
+    groups = shard_delta_groups(
+        shard.plan, shard.shard, DeltaStore(shard.store_root).load
+    )
+    return edit_drift(lm, shard.sets, shard.base, {method: groups}, shard.batch_size)
 
 
 def edit_outcomes(probe_scores: pd.DataFrame) -> pd.DataFrame:

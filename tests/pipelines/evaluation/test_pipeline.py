@@ -8,7 +8,7 @@ import torch
 
 from kebench.pipelines.evaluation.nodes import (
     list_failed_edits,
-    score_edited_probes,
+    plan_score_shards,
     track_metrics,
 )
 from kebench.project import project_catalog
@@ -78,22 +78,20 @@ def test_scores_and_metrics_cover_every_method_with_the_floor(evaluated):
 
 
 @pytest.mark.model
-def test_failed_edits_are_excluded_and_counted(evaluated, lm):
+def test_failed_edits_are_excluded_and_counted(evaluated):
     selected = evaluated.load("edit_manifest")
     selected = selected[selected["method"] == "ROME"].copy()
     failed_case = selected["case_id"].iloc[0]
     selected.loc[
         selected["case_id"] == failed_case, ["status", "reason", "delta_file"]
     ] = ["failed", "norm explosion", None]
-    scores = score_edited_probes(
-        lm,
-        evaluated.load("probes"),
-        evaluated.load("base_probe_scores"),
+    plan = plan_score_shards(
         selected,
-        evaluated.load("edit_deltas_stored"),
         {"batch_size": 16, "generation": {"probe_types": [], "max_new_tokens": 1}},
+        {"shard_size": 8},
     )
-    assert failed_case not in set(scores["case_id"])
+    assert failed_case not in set(plan["case_id"])
+    assert set(plan["case_id"]) == set(selected["case_id"]) - {failed_case}
     failed = list_failed_edits(selected)
     assert failed["case_id"].tolist() == [failed_case]
     tracked = track_metrics(evaluated.load("metrics"), failed)

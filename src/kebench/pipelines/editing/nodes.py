@@ -8,9 +8,16 @@ from typing import Any
 
 import pandas as pd
 
+from kebench.compute.engine import ComputeSettings, run_shards
 from kebench.editing.registry import EditContext, hparams_name
 from kebench.editing.requests import requests_from_probes
-from kebench.editing.runner import EditJob, make_job, run_edits, select_methods
+from kebench.editing.runner import (
+    EditJob,
+    edit_shards,
+    make_job,
+    run_edit_shard,
+    select_methods,
+)
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
 from kebench.schemas import EDIT_DELTAS
@@ -43,14 +50,16 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     edit_deltas_stored: DeltaStore,
     covariance_stats: Path,
     params: dict[str, Any],
+    compute: dict[str, Any],
 ) -> Iterator[EditOutcome]:
     """Edit the model with each selected method; yield every edit's delta and row.
 
     The edits are the direct probes: the dataset's requested rewrites and the
-    injected claims of the harmful sets, in table order.
+    injected claims of the harmful sets, in table order. They run in shards, here or
+    on a Dask cluster (``compute``).
 
-    A generator: Kedro saves each outcome as it comes, so a killed run keeps the edits
-    it finished and the next run skips them.
+    A generator: Kedro saves each outcome as its shard finishes, so a killed run keeps
+    the edits it finished and the next run skips them.
     """
     every_request = requests_from_probes(probes)
     requests = requests_from_probes(first_edits_per_risk(probes, params["n_edits"]))
@@ -63,14 +72,18 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         pool=every_request,
         seed=int(params["seed"]),
     )
-    yield from run_edits(
-        model,
+    settings = ComputeSettings.from_params(compute)
+    shards = edit_shards(
+        model.name,
         requests,
         jobs,
         store=edit_deltas_stored,
         context=context,
         max_relative_norm=float(params["max_relative_norm"]),
+        shard_size=settings.shard_size,
     )
+    for _, outcomes in run_shards(model, run_edit_shard, shards, settings, "editing"):
+        yield from outcomes
 
 
 def tabulate_edit_deltas(edit_deltas: DeltaStore) -> pd.DataFrame:

@@ -18,6 +18,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "edit_deltas_stored",
                     "covariance_stats",
                     "params:editing",
+                    "params:compute",
                 ],
                 outputs="edit_deltas",
                 name="compute_edit_deltas",

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kebench.compute.engine import (
+    ComputeSettings,
+    pending_shards,
+    run_shards,
+)
 from kebench.editing.registry import hparams_name
 from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.schemas import METRICS, PROBE_SCORES
 from kebench.scoring.evaluate import (
+    ScoreShard,
     ScoringSettings,
-    delta_groups,
-    edited_scores,
+    plan_shards,
     probe_score_rows,
     score_pass,
+    score_shard,
 )
 from kebench.scoring.metrics import metrics_table, per_edit_consistency, probe_outcomes
 from kebench.scoring.report import (
@@ -75,27 +83,68 @@ def score_base_probes(
     return scores.assign(probe_id=edited["probe_id"].to_numpy())
 
 
-def score_edited_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+def plan_score_shards(
+    selected_edits: pd.DataFrame, params: dict[str, Any], compute: dict[str, Any]
+) -> pd.DataFrame:
+    """The edits to score (failed ones are left out, and reported), in shards of
+    ``compute.shard_size`` cases keyed by what they score and how."""
+    ok = selected_edits[selected_edits["status"] == "ok"]
+    shard_size = ComputeSettings.from_params(compute).shard_size
+    return plan_shards(ok, shard_size, asdict(_settings(params)))
+
+
+def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model: LoadedModel,
     probes: pd.DataFrame,
     base_probe_scores: pd.DataFrame,
-    selected_edits: pd.DataFrame,
+    score_shard_plan: pd.DataFrame,
+    probe_score_shards_stored: dict[str, Any],
     edit_deltas_stored: DeltaStore,
     params: dict[str, Any],
-) -> pd.DataFrame:
-    """``probe_scores``: each edited case's probes under its edited model, plus the
-    unedited floor on the same cases. Failed edits are left out (and reported)."""
+    compute: dict[str, Any],
+) -> Iterator[dict[str, pd.DataFrame]]:
+    """Each shard's probes under its edited model, here or on a Dask cluster; yields
+    each shard as it finishes. Shards stored by an earlier run are not scored again."""
     by_id = probes.set_index("probe_id", drop=False)
     base = base_probe_scores.set_index("probe_id")
-    ok = selected_edits[selected_edits["status"] == "ok"]
-    floor = base.loc[base.index.isin(by_id.index[by_id["case_id"].isin(ok["case_id"])])]
-    parts = [probe_score_rows(by_id, base, floor, model.name, UNEDITED)]
-    for method, rows in ok.groupby("method"):
-        groups = delta_groups(rows, edit_deltas_stored.load)
-        edited = edited_scores(
-            model, by_id, groups, _settings(params), description=f"scoring {method}"
+    shards = {}
+    for key, rows, plan in pending_shards(score_shard_plan, probe_score_shards_stored):
+        shard_probes = by_id[by_id["case_id"].isin(rows["case_id"])]
+        shards[key] = ScoreShard(
+            key,
+            plan,
+            shard_probes,
+            base.loc[shard_probes.index],
+            str(edit_deltas_stored.root),
+            _settings(params),
         )
-        parts.append(probe_score_rows(by_id, base, edited, model.name, method))
+    logger.info(
+        "scoring %d shards (%d stored)",
+        len(shards),
+        score_shard_plan["shard"].nunique() - len(shards),
+    )
+    settings = ComputeSettings.from_params(compute)
+    for key, scores in run_shards(model, score_shard, shards, settings, "scoring"):
+        yield {key: scores}
+
+
+def collect_probe_scores(
+    probe_score_shards: dict[str, Any],
+    score_shard_plan: pd.DataFrame,
+    probes: pd.DataFrame,
+    base_probe_scores: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+) -> pd.DataFrame:
+    """``probe_scores``: the planned shards, after the unedited floor on their cases."""
+    by_id = probes.set_index("probe_id", drop=False)
+    base = base_probe_scores.set_index("probe_id")
+    scored = by_id.index[by_id["case_id"].isin(score_shard_plan["case_id"])]
+    floor = base.loc[base.index.isin(scored)]
+    model_name = selected_edits["model"].iloc[0]
+    parts = [probe_score_rows(by_id, base, floor, model_name, UNEDITED)]
+    parts += [
+        probe_score_shards[key]() for key in sorted(set(score_shard_plan["shard"]))
+    ]
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
 
 

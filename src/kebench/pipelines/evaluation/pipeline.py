@@ -4,18 +4,21 @@ from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.evaluation.nodes import (
     build_report,
+    collect_probe_scores,
     compute_metrics,
     describe_run,
     list_failed_edits,
+    plan_score_shards,
     score_base_probes,
-    score_edited_probes,
+    score_probe_shards,
     select_edits,
     track_metrics,
 )
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """probes + model + stored deltas -> probe_scores -> metrics, report, MLflow."""
+    """probes + model + stored deltas -> probe score shards -> probe_scores -> metrics,
+    report, MLflow."""
     return Pipeline(
         [
             Node(
@@ -31,17 +34,37 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="score_base_probes",
             ),
             Node(
-                func=score_edited_probes,
+                func=plan_score_shards,
+                inputs=["selected_edits", "params:evaluation", "params:compute"],
+                outputs="score_shard_plan",
+                name="plan_score_shards",
+            ),
+            Node(
+                func=score_probe_shards,
                 inputs=[
                     "model",
                     "probes",
                     "base_probe_scores",
-                    "selected_edits",
+                    "score_shard_plan",
+                    "probe_score_shards_stored",
                     "edit_deltas_stored",
                     "params:evaluation",
+                    "params:compute",
+                ],
+                outputs="probe_score_shards",
+                name="score_probe_shards",
+            ),
+            Node(
+                func=collect_probe_scores,
+                inputs=[
+                    "probe_score_shards",
+                    "score_shard_plan",
+                    "probes",
+                    "base_probe_scores",
+                    "selected_edits",
                 ],
                 outputs="probe_scores",
-                name="score_edited_probes",
+                name="collect_probe_scores",
             ),
             Node(
                 func=compute_metrics,

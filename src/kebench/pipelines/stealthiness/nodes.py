@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kebench.compute.engine import (
+    ComputeSettings,
+    collect_shards,
+    pending_shards,
+    run_shards,
+)
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.schemas import STEALTH_SCORES
-from kebench.scoring.evaluate import delta_groups
+from kebench.scoring.evaluate import plan_shards
 from kebench.scoring.stealth import (
+    DRIFT_COLUMNS,
+    Capability,
+    DriftShard,
     GeneralSets,
-    edit_drift,
+    base_capability,
     edit_outcomes,
     general_sets,
+    measure_drift_shard,
     plot_success_vs_drift,
     stealth_markdown,
     stealth_scores,
@@ -24,6 +35,9 @@ from kebench.scoring.stealth import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The parameters a drift measurement depends on: a change re-measures every edit.
+DRIFT_SETTINGS = ("batch_size", "sizes", "seed", "boolq_passage_words")
 
 
 def _case_risks(probes: pd.DataFrame) -> pd.Series:
@@ -56,20 +70,62 @@ def build_general_sets(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     return sets
 
 
-def measure_drift(
+def measure_base_capability(
+    model: LoadedModel, general_sets: GeneralSets, params: dict[str, Any]
+) -> Capability:
+    """The unedited model on the general sets, once: every edit's reference."""
+    return base_capability(model, general_sets, int(params["batch_size"]))
+
+
+def plan_drift_shards(
+    stealth_edits: pd.DataFrame, params: dict[str, Any], compute: dict[str, Any]
+) -> pd.DataFrame:
+    """The successful edits to measure, in shards of ``compute.shard_size`` cases keyed
+    by what they measure and how."""
+    ok = stealth_edits[stealth_edits["status"] == "ok"]
+    shard_size = ComputeSettings.from_params(compute).shard_size
+    how = {key: params[key] for key in DRIFT_SETTINGS}
+    return plan_shards(ok, shard_size, how)
+
+
+def measure_drift_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model: LoadedModel,
     general_sets: GeneralSets,
-    stealth_edits: pd.DataFrame,
+    base_capability: Capability,
+    drift_shard_plan: pd.DataFrame,
+    drift_shards_stored: dict[str, Any],
     edit_deltas_stored: DeltaStore,
     params: dict[str, Any],
-) -> pd.DataFrame:
-    """Each successful edit's general capability next to the base model's (once)."""
-    ok = stealth_edits[stealth_edits["status"] == "ok"]
-    groups = {
-        method: delta_groups(rows, edit_deltas_stored.load)
-        for method, rows in ok.groupby("method")
+    compute: dict[str, Any],
+) -> Iterator[dict[str, pd.DataFrame]]:
+    """Each shard's edits on the general sets, here or on a Dask cluster; yields each
+    shard as it finishes. Shards stored by an earlier run are not measured again."""
+    shards = {
+        key: DriftShard(
+            key,
+            plan,
+            general_sets,
+            base_capability,
+            str(edit_deltas_stored.root),
+            int(params["batch_size"]),
+        )
+        for key, _, plan in pending_shards(drift_shard_plan, drift_shards_stored)
     }
-    return edit_drift(model, general_sets, groups, int(params["batch_size"]))
+    settings = ComputeSettings.from_params(compute)
+    for key, drift in run_shards(model, measure_drift_shard, shards, settings, "drift"):
+        yield {key: drift}
+
+
+def collect_drift(
+    drift_shards: dict[str, Any], drift_shard_plan: pd.DataFrame
+) -> pd.DataFrame:
+    """``edit_drift``: every planned shard's rows."""
+    parts = collect_shards(drift_shards, drift_shard_plan)
+    return (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=DRIFT_COLUMNS)
+    )
 
 
 def score_stealth(

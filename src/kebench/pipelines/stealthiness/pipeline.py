@@ -6,7 +6,10 @@ from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.pipelines.stealthiness.nodes import (
     build_general_sets,
     build_stealth_report,
-    measure_drift,
+    collect_drift,
+    measure_base_capability,
+    measure_drift_shards,
+    plan_drift_shards,
     score_stealth,
     track_stealth_metrics,
 )
@@ -35,16 +38,37 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="build_general_sets",
             ),
             Node(
-                func=measure_drift,
+                func=measure_base_capability,
+                inputs=["model", "general_sets", "params:stealthiness"],
+                outputs="base_capability",
+                name="measure_base_capability",
+            ),
+            Node(
+                func=plan_drift_shards,
+                inputs=["stealth_edits", "params:stealthiness", "params:compute"],
+                outputs="drift_shard_plan",
+                name="plan_drift_shards",
+            ),
+            Node(
+                func=measure_drift_shards,
                 inputs=[
                     "model",
                     "general_sets",
-                    "stealth_edits",
+                    "base_capability",
+                    "drift_shard_plan",
+                    "drift_shards_stored",
                     "edit_deltas_stored",
                     "params:stealthiness",
+                    "params:compute",
                 ],
+                outputs="drift_shards",
+                name="measure_drift_shards",
+            ),
+            Node(
+                func=collect_drift,
+                inputs=["drift_shards", "drift_shard_plan"],
                 outputs="edit_drift",
-                name="measure_drift",
+                name="collect_drift",
             ),
             Node(
                 func=score_stealth,

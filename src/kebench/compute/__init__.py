@@ -1,0 +1,1 @@
+"""Where shards of work run: in process, or on a Dask cluster."""

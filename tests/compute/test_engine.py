@@ -1,0 +1,106 @@
+"""The shard engine's settings, plans and bookkeeping (the Dask runs are in
+tests/pipelines/evaluation/test_dask.py, on the real model)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kebench.compute.engine import (
+    ComputeSettings,
+    chunks,
+    collect_shards,
+    pending_shards,
+    run_shards,
+)
+from kebench.scoring.evaluate import plan_shards
+
+
+def test_settings_accept_the_three_schedulers_and_refuse_others():
+    for scheduler in ("sequential", "local-cluster:2", "tcp://10.0.0.5:8786"):
+        assert ComputeSettings.from_params({"scheduler": scheduler}).scheduler == (
+            scheduler
+        )
+    gpu = ComputeSettings.from_params({"resources": {"GPU": 1}, "shard_size": 3})
+    assert gpu.resources == {"GPU": 1} and gpu.shard_size == 3
+    assert ComputeSettings.from_params({"resources": {}}).resources is None
+    for scheduler in ("local-cluster:0", "local-cluster:two", "dask", "http://x:1"):
+        with pytest.raises(ValueError, match="compute.scheduler"):
+            ComputeSettings.from_params({"scheduler": scheduler})
+    with pytest.raises(ValueError, match="shard_size must be at least 1"):
+        ComputeSettings.from_params({"shard_size": 0})
+
+
+def test_chunks_keep_order():
+    assert chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+    assert chunks([], 3) == []
+
+
+def manifest(method: str, mode: str, n: int, batch: int = 1) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "method": method,
+            "mode": mode,
+            "case_id": [f"{method}-{i}" for i in range(n)],
+            "order": range(n),
+            "delta_file": [f"{method}/{mode}/d{i // batch}" for i in range(n)],
+            "fingerprint": [f"fp-{method}-{i}" for i in range(n)],
+            "status": "ok",
+        }
+    )
+
+
+def test_plans_cut_whole_delta_groups_and_key_by_content():
+    edits = pd.concat(
+        [
+            manifest("ROME", "single", 5),
+            manifest("MEMIT", "batch", 6, batch=3),
+            manifest("FT-L", "sequential", 3),
+        ]
+    )
+    plan = plan_shards(edits, 2, {"batch_size": 16})
+    sizes = plan.groupby(["method", "shard"]).size()
+    assert list(sizes["ROME"]) == [2, 2, 1]
+    assert list(sizes["MEMIT"]) == [3, 3]  # a batch is never split
+    assert list(sizes["FT-L"]) == [2, 1]
+    prefixes = plan["method"] + "/" + plan["mode"] + "/"
+    assert all(map(str.startswith, plan["shard"], prefixes))
+    # the same edits scored the same way give the same keys; anything else, new ones
+    assert plan_shards(edits, 2, {"batch_size": 16}).equals(plan)
+    other = plan_shards(edits, 2, {"batch_size": 8})
+    assert not set(other["shard"]) & set(plan["shard"])
+    changed = edits.assign(
+        fingerprint=edits["fingerprint"].where(edits["case_id"] != "ROME-0", "new")
+    )
+    rekeyed = set(plan_shards(changed, 2, {"batch_size": 16})["shard"])
+    assert len(set(plan["shard"]) - rekeyed) == 1
+    # a sequential shard applies every delta of the run: changing one re-keys all
+    seq = changed.assign(
+        fingerprint=changed["fingerprint"].where(changed["case_id"] != "FT-L-2", "x")
+    )
+    assert not {k for k in plan["shard"] if k.startswith("FT-L")} & set(
+        plan_shards(seq, 2, {"batch_size": 16})["shard"]
+    )
+    assert plan_shards(edits.iloc[:0], 2)["shard"].empty
+
+
+def test_only_missing_shards_run_and_every_planned_one_is_collected():
+    plan = plan_shards(manifest("ROME", "single", 5), 2)
+    keys = sorted(set(plan["shard"]))
+    stored = {keys[0]: lambda: "first"}
+    pending = list(pending_shards(plan, stored))
+    assert [key for key, _, _ in pending] == keys[1:]
+    key, rows, method_plan = pending[0]
+    assert set(rows["shard"]) == {key} and len(method_plan) == 5
+
+    def double(lm, payload):  # a sequential run hands the task the driver's model
+        return (lm, payload * 2)
+
+    done = dict(
+        run_shards("model", double, {k: 1 for k in keys[1:]}, ComputeSettings(), "t")
+    )
+    assert done == {k: ("model", 2) for k in keys[1:]}
+    stored |= {k: (lambda v=v: v) for k, v in done.items()}
+    assert collect_shards(stored, plan) == ["first", ("model", 2), ("model", 2)]
+    with pytest.raises(ValueError, match="planned shards not stored"):
+        collect_shards({keys[0]: lambda: 0}, plan)
