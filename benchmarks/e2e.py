@@ -1,6 +1,6 @@
 """Time the whole demo run (what `kedro run` runs by default) and each pipeline in it.
 
-Usage: python benchmarks/e2e.py [--keep DIR]
+Usage: python benchmarks/e2e.py [--keep DIR] [--scheduler local-cluster:2]
 
 Runs every registered pipeline in data-flow order, in one process, with `kedro run`'s
 default parameters (the demo dataset, SmolLM2-135M-Instruct, ROME, 5 edits per risk) and
@@ -8,7 +8,8 @@ every output under a fresh scratch folder (``kebench.project.run_pipeline``), so
 nothing is reused: the model's conversion from its GGUF counts in the editing time, as
 on a fresh clone. MLflow tracking is left out (a local SQLite write per run). Prints one
 JSON object: {"total_s": ..., "pipelines": {"<name>": seconds, ...}}. Target: the whole
-run in at most 15 minutes on a 2-core CPU.
+run in at most 15 minutes on a 2-core CPU. ``--scheduler`` runs the shards of editing,
+evaluation and stealthiness there instead (``compute.scheduler``, docs/scale_out.md).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ ORDER = (
 )
 
 
-def time_pipelines(root: Path) -> dict[str, float]:
+def time_pipelines(root: Path, params: dict[str, str]) -> dict[str, float]:
     """Seconds of each pipeline, run one after the other under ``root``."""
     missing = sorted(set(all_pipelines()) - set(ORDER))
     if missing:
@@ -48,7 +49,7 @@ def time_pipelines(root: Path) -> dict[str, float]:
     seconds = {}
     for name in ORDER:
         started = time.perf_counter()
-        run_pipeline(name, {}, root)
+        run_pipeline(name, params, root)
         seconds[name] = round(time.perf_counter() - started, 1)
         logging.getLogger(__name__).info("%s: %.1f s", name, seconds[name])
     return seconds
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> dict:
     """The seconds of each pipeline and their total, in a scratch folder or ``--keep``."""
     with contextlib.ExitStack() as stack:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        seconds = time_pipelines(root)
+        params = {"scheduler": args.scheduler} if args.scheduler else {}
+        seconds = time_pipelines(root, params)
     return {"total_s": round(sum(seconds.values()), 1), "pipelines": seconds}
 
 
@@ -66,6 +68,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--keep", type=Path, help="write the outputs here and keep them"
+    )
+    parser.add_argument(
+        "--scheduler",
+        help="compute.scheduler, e.g. local-cluster:2 (default: sequential)",
     )
     print_result(run, parser.parse_args())
 

@@ -10,11 +10,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyoxigraph as ox
 
+from kebench.kg.oxigraph_server import stop_process_group
 from kebench.project import PROJECT_ROOT
 
 
@@ -89,3 +90,20 @@ def wait_for_json(
         except (urllib.error.URLError, ConnectionError):
             time.sleep(0.5)
     raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+def start_server(
+    start: Callable[[], tuple[subprocess.Popen, str]], ready_path: str, log_path: Path
+) -> tuple[subprocess.Popen, str, dict]:
+    """Start a server (``start`` gives its process and base URL, logging to
+    ``log_path``) and wait until ``ready_path`` answers JSON: (process, base URL, that
+    JSON). One retry: a free port can be taken between choosing it and binding it."""
+    for attempt in (1, 2):
+        process, base = start()
+        try:
+            return process, base, wait_for_json(base + ready_path, process)
+        except RuntimeError:
+            stop_process_group(process, timeout_s=15)
+            if attempt == 2:
+                raise RuntimeError(log_path.read_text()[-3000:]) from None
+    raise AssertionError("unreachable")

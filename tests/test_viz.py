@@ -13,12 +13,12 @@ from kedro.framework.startup import bootstrap_project
 
 from kebench.kg.oxigraph_server import stop_process_group
 from kebench.project import PROJECT_ROOT
-from tests.helpers import free_port, wait_for_json
+from tests.helpers import free_port, start_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def start_viz(log_path: Path) -> tuple[subprocess.Popen, int]:
+def start_viz(log_path: Path) -> tuple[subprocess.Popen, str]:
     """`kedro viz run` on a free port, in its own process group, logging to a file."""
     port = free_port()
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
@@ -40,25 +40,18 @@ def start_viz(log_path: Path) -> tuple[subprocess.Popen, int]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return process, port
+    return process, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
 def viz_server(tmp_path_factory: pytest.TempPathFactory):
-    """A kedro-viz server, stopped with its whole process group afterwards. One retry:
-    a free port can be taken between choosing it and binding it."""
+    """A kedro-viz server, stopped with its whole process group afterwards."""
     log_path = tmp_path_factory.mktemp("viz") / "viz.log"
-    for attempt in (1, 2):
-        process, port = start_viz(log_path)
-        try:
-            data = wait_for_json(f"http://127.0.0.1:{port}/api/main", process)
-            break
-        except RuntimeError:
-            stop_process_group(process, timeout_s=15)
-            if attempt == 2:
-                raise RuntimeError(log_path.read_text()[-3000:]) from None
+    process, url, data = start_server(
+        lambda: start_viz(log_path), "/api/main", log_path
+    )
     try:
-        yield f"http://127.0.0.1:{port}", data
+        yield url, data
     finally:
         stop_process_group(process, timeout_s=15)
 

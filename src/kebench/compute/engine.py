@@ -4,7 +4,9 @@ The editing, evaluation and stealthiness pipelines cut their cases into shards. 
 shard task is a plain function ``task(lm, payload) -> result``; the engine runs each
 shard's task and yields ``(key, result)`` as shards finish, so the caller saves every
 shard as soon as it is done: a crash loses at most the shards in flight (one per
-worker), and a rerun skips the shards already saved.
+worker), and a rerun skips the shards already saved. A task may return an iterator: in
+process the caller consumes it as it comes (the editing pipeline saves edit by edit);
+from a Dask worker it comes back as a list once the shard is done.
 
 Schedulers (parameter ``compute.scheduler``):
     ``sequential``       in this process, on the model already loaded;
@@ -125,7 +127,9 @@ def worker_model(spec: ModelSpec, folder: Path) -> LoadedModel:
 
 
 def _run_on_worker(task: ShardTask, spec: ModelSpec, folder: Path, payload: Any) -> Any:
-    return task(worker_model(spec, folder), payload)
+    result = task(worker_model(spec, folder), payload)
+    # an iterator (an edit shard's outcomes) travels back whole
+    return list(result) if isinstance(result, Iterator) else result
 
 
 def dask_client(settings: ComputeSettings, stack: ExitStack):
@@ -182,7 +186,6 @@ def run_shards(
                 lm.spec,
                 lm.folder,
                 payload,
-                key=f"{description}-{key}-{id(payloads)}",
                 resources=settings.resources,
                 pure=False,
             ): key

@@ -249,18 +249,17 @@ class EditShard:
     first_order: int
 
 
-def run_edit_shard(lm: LoadedModel, shard: EditShard) -> list[EditOutcome]:
-    """Edit one shard (a ``kebench.compute`` task): its outcomes, stored or new."""
-    return list(
-        run_job(
-            lm,
-            shard.requests,
-            shard.job,
-            store=DeltaStore(shard.store_root),
-            context=shard.context,
-            max_relative_norm=shard.max_relative_norm,
-            first_order=shard.first_order,
-        )
+def run_edit_shard(lm: LoadedModel, shard: EditShard) -> Iterator[EditOutcome]:
+    """Edit one shard (a ``kebench.compute`` task): its outcomes, stored or new, one
+    by one as each edit finishes."""
+    return run_job(
+        lm,
+        shard.requests,
+        shard.job,
+        store=DeltaStore(shard.store_root),
+        context=shard.context,
+        max_relative_norm=shard.max_relative_norm,
+        first_order=shard.first_order,
     )
 
 

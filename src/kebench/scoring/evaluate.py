@@ -274,43 +274,48 @@ def plan_shards(edits: pd.DataFrame, shard_size: int, *salt: object) -> pd.DataF
     return pd.concat(parts, ignore_index=True)
 
 
-def shard_delta_groups(
-    plan: pd.DataFrame, shard: str, load: Callable[[str], Delta]
-) -> Iterator[tuple[list[str], list[Delta]]]:
-    """``delta_groups`` of one shard of ``plan`` (one method and mode); a sequential
-    shard's cases get every delta of the run."""
-    rows = plan[plan["shard"] == shard]
-    if rows.empty or rows["mode"].iloc[0] != "sequential":
-        yield from delta_groups(rows, load)
-        return
-    _, deltas = next(delta_groups(plan, load))
-    yield list(rows["case_id"]), deltas
-
-
 @dataclass(frozen=True)
-class ScoreShard:
-    """One shard's probes scored under its method's edits (a ``kebench.compute`` task).
-
-    Attributes:
-        plan: the planned edits of the shard's method and mode.
-        probes: the shard's probes; base: their base-model scores (both by probe_id).
-    """
+class EditedShard:
+    """One shard of a plan (``plan_shards``): its key, the planned edits of its method
+    and mode, and the delta store's folder (read where the shard runs)."""
 
     shard: str
     plan: pd.DataFrame
+    store_root: str
+
+    @property
+    def method(self) -> str:
+        return self.plan["method"].iloc[0]
+
+    def delta_groups(self) -> Iterator[tuple[list[str], list[Delta]]]:
+        """``delta_groups`` of the shard's cases; a sequential shard's cases get every
+        delta of the run."""
+        load = DeltaStore(self.store_root).load
+        rows = self.plan[self.plan["shard"] == self.shard]
+        if rows.empty or rows["mode"].iloc[0] != "sequential":
+            yield from delta_groups(rows, load)
+            return
+        _, deltas = next(delta_groups(self.plan, load))
+        yield list(rows["case_id"]), deltas
+
+
+@dataclass(frozen=True)
+class ScoreShard(EditedShard):
+    """A shard's probes (by probe_id) and their base-model scores, to score under its
+    method's edits (a ``kebench.compute`` task)."""
+
     probes: pd.DataFrame
     base: pd.DataFrame
-    store_root: str
     settings: ScoringSettings
 
 
 def score_shard(lm: LoadedModel, shard: ScoreShard) -> pd.DataFrame:
     """``probe_scores`` rows of one shard."""
-    method = shard.plan["method"].iloc[0]
-    groups = shard_delta_groups(
-        shard.plan, shard.shard, DeltaStore(shard.store_root).load
-    )
     edited = edited_scores(
-        lm, shard.probes, groups, shard.settings, f"scoring {method}"
+        lm,
+        shard.probes,
+        shard.delta_groups(),
+        shard.settings,
+        f"scoring {shard.method}",
     )
-    return probe_score_rows(shard.probes, shard.base, edited, lm.name, method)
+    return probe_score_rows(shard.probes, shard.base, edited, lm.name, shard.method)

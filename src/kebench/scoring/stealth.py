@@ -47,9 +47,8 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
-from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
-from kebench.scoring.evaluate import shard_delta_groups
+from kebench.scoring.evaluate import EditedShard
 from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
 from kebench.scoring.metrics import bootstrap_ci, probe_outcomes
 
@@ -339,28 +338,19 @@ def edit_drift(
 
 
 @dataclass(frozen=True)
-class DriftShard:
-    """One shard's edits measured on the general sets (a ``kebench.compute`` task).
+class DriftShard(EditedShard):
+    """The general sets and the base model's measures on them, to measure a shard's
+    edits against (a ``kebench.compute`` task)."""
 
-    Attributes:
-        plan: the planned edits of the shard's method and mode (``plan_shards``).
-    """
-
-    shard: str
-    plan: pd.DataFrame
     sets: GeneralSets
     base: Capability
-    store_root: str
     batch_size: int
 
 
 def measure_drift_shard(lm: LoadedModel, shard: DriftShard) -> pd.DataFrame:
     """``edit_drift`` rows of one shard."""
-    method = shard.plan["method"].iloc[0]
-    groups = shard_delta_groups(
-        shard.plan, shard.shard, DeltaStore(shard.store_root).load
-    )
-    return edit_drift(lm, shard.sets, shard.base, {method: groups}, shard.batch_size)
+    groups = {shard.method: shard.delta_groups()}
+    return edit_drift(lm, shard.sets, shard.base, groups, shard.batch_size)
 
 
 def edit_outcomes(probe_scores: pd.DataFrame) -> pd.DataFrame:

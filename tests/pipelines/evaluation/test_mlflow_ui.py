@@ -15,7 +15,7 @@ from kedro.framework.startup import bootstrap_project
 from mlflow.tracking import MlflowClient
 
 from kebench.kg.oxigraph_server import stop_process_group
-from tests.helpers import copy_project, free_port, wait_for_json
+from tests.helpers import copy_project, free_port, start_server, wait_for_json
 from tests.models.shared import MODEL
 from tests.pipelines.conftest import DEMO_EDITS
 
@@ -116,17 +116,12 @@ def test_the_ui_serves_both_methods_with_the_same_metric_keys(tracked_project):
     """Each method's child run carries the same keys, so the UI compares them."""
     project, uri = tracked_project
     log_path = project / "mlflow_ui.log"
-    for attempt in (1, 2):  # a free port can be taken before the server binds it
-        process, api = start_mlflow_ui(project, uri, log_path)
-        try:
-            experiment = wait_for_json(
-                f"{api}/experiments/get-by-name?experiment_name=kebench", process
-            )["experiment"]
-            break
-        except RuntimeError:
-            stop_process_group(process, timeout_s=15)
-            if attempt == 2:
-                raise RuntimeError(log_path.read_text()[-3000:]) from None
+    process, api, found = start_server(
+        lambda: start_mlflow_ui(project, uri, log_path),
+        "/experiments/get-by-name?experiment_name=kebench",
+        log_path,
+    )
+    experiment = found["experiment"]
     try:
         runs = wait_for_json(
             f"{api}/runs/search",

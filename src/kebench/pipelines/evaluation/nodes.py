@@ -111,12 +111,12 @@ def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     for key, rows, plan in pending_shards(score_shard_plan, probe_score_shards_stored):
         shard_probes = by_id[by_id["case_id"].isin(rows["case_id"])]
         shards[key] = ScoreShard(
-            key,
-            plan,
-            shard_probes,
-            base.loc[shard_probes.index],
-            str(edit_deltas_stored.root),
-            _settings(params),
+            shard=key,
+            plan=plan,
+            store_root=str(edit_deltas_stored.root),
+            probes=shard_probes,
+            base=base.loc[shard_probes.index],
+            settings=_settings(params),
         )
     logger.info(
         "scoring %d shards (%d stored)",

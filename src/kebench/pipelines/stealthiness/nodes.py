@@ -102,12 +102,12 @@ def measure_drift_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     shard as it finishes. Shards stored by an earlier run are not measured again."""
     shards = {
         key: DriftShard(
-            key,
-            plan,
-            general_sets,
-            base_capability,
-            str(edit_deltas_stored.root),
-            int(params["batch_size"]),
+            shard=key,
+            plan=plan,
+            store_root=str(edit_deltas_stored.root),
+            sets=general_sets,
+            base=base_capability,
+            batch_size=int(params["batch_size"]),
         )
         for key, _, plan in pending_shards(drift_shard_plan, drift_shards_stored)
     }
