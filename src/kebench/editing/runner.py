@@ -9,9 +9,10 @@ Each edit has a fingerprint: model, method, mode, hparams, request and seed (and
 sequential mode, the previous edit's fingerprint). An edit whose stored row has the
 same fingerprint is skipped, so a killed run resumes where it stopped and produces the
 same deltas as an uninterrupted one. Single and batch runs are cut into shards that
-run anywhere (``kebench.compute``); a sequential run is one shard. A delta with NaN or inf values, a change larger
-than ``max_relative_norm`` times its weight's norm, or an edited model whose logits are
-not finite, is recorded as failed with the reason, and the run goes on.
+run anywhere (``kebench.compute``); a sequential run is one shard. A delta with NaN or
+inf values, a change larger than ``max_relative_norm`` times its weight's norm, or an
+edited model whose logits are not finite, is recorded as failed with the reason, and
+the run goes on.
 """
 
 from __future__ import annotations
@@ -145,6 +146,14 @@ def unit_fingerprint(
     )
 
 
+def _unit_stored(
+    stored: dict[str, dict[str, Any]], unit: list[EditRequest], unit_fp: str
+) -> bool:
+    """Every edit of ``unit`` stored with the fingerprint ``unit_fp``."""
+    rows = [stored.get(r.case_id) for r in unit]
+    return all(row is not None and row["fingerprint"] == unit_fp for row in rows)
+
+
 def _delta_file(job: EditJob, unit: list[EditRequest], unit_fp: str) -> str:
     name = file_stem(unit[0].case_id) if len(unit) == 1 else f"batch-{unit_fp[:16]}"
     return f"{job.method.name}/{job.mode}/{name}.safetensors"
@@ -187,11 +196,11 @@ def run_job(  # noqa: PLR0913 - the run's inputs
     try:
         for unit in _units(requests, job):
             unit_fp = unit_fingerprint(lm.name, job, unit, context.seed, previous)
-            rows = [stored.get(r.case_id) for r in unit]
-            if all(row is not None and row["fingerprint"] == unit_fp for row in rows):
-                if mode == "sequential" and rows[0]["status"] == "ok":
+            if _unit_stored(stored, unit, unit_fp):
+                first = stored[unit[0].case_id]
+                if mode == "sequential" and first["status"] == "ok":
                     applied.append(
-                        apply_delta(lm.model, store.load(rows[0]["delta_file"]))
+                        apply_delta(lm.model, store.load(first["delta_file"]))
                     )
                 order += len(unit)
                 previous = unit_fp if mode == "sequential" else ""
@@ -283,12 +292,10 @@ def _shard_done(
     """Every edit of a single or batch shard stored with its current fingerprint."""
     if job.mode == "sequential":
         return False  # run_job replays the stored deltas and resumes after them
-    for unit in _units(shard, job):
-        unit_fp = unit_fingerprint(model, job, unit, seed, "")
-        rows = [stored.get(r.case_id) for r in unit]
-        if not all(row is not None and row["fingerprint"] == unit_fp for row in rows):
-            return False
-    return True
+    return all(
+        _unit_stored(stored, unit, unit_fingerprint(model, job, unit, seed, ""))
+        for unit in _units(shard, job)
+    )
 
 
 def edit_shards(  # noqa: PLR0913 - the run's inputs
