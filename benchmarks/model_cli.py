@@ -7,8 +7,9 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
@@ -32,9 +33,25 @@ def project_model(name: str, config) -> LoadedModel:
     return load_model(spec, PROJECT_ROOT / "data" / "06_models" / name)
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Everything written to stdout goes to stderr meanwhile, this process's and its
+    children's (Dask workers log to the stdout they inherit)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def print_result(run: Callable[[argparse.Namespace], Any], args) -> None:
     """Run the benchmark with its logs on stderr, then print its result as JSON."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    with contextlib.redirect_stdout(sys.stderr):
+    with stdout_to_stderr():
         result = run(args)
     sys.stdout.write(json.dumps(result) + "\n")
