@@ -13,7 +13,7 @@ from kebench.compute.engine import (
     pending_shards,
     run_shards,
 )
-from kebench.scoring.evaluate import plan_shards
+from kebench.scoring.evaluate import case_digests, plan_shards
 
 
 def test_settings_accept_the_three_schedulers_and_refuse_others():
@@ -81,7 +81,29 @@ def test_plans_cut_whole_delta_groups_and_key_by_content():
     assert not {k for k in plan["shard"] if k.startswith("FT-L")} & set(
         plan_shards(seq, 2, {"batch_size": 16})["shard"]
     )
+    # new probes for one case (its content digest) re-key only that case's shard
+    content = {case: "v1" for case in edits["case_id"]}
+    before = set(plan_shards(edits, 2, content=content)["shard"])
+    after = set(plan_shards(edits, 2, content=content | {"ROME-3": "v2"})["shard"])
+    assert len(before - after) == 1 and len(after - before) == 1
     assert plan_shards(edits.iloc[:0], 2)["shard"].empty
+
+
+def test_case_digests_change_with_any_probe_field():
+    probes = pd.DataFrame(
+        {
+            "case_id": ["a", "a", "b"],
+            "probe_id": ["a-d", "a-e", "b-d"],
+            "probe_type": ["direct", "entailed", "direct"],
+            "prompt": ["A is in", "A's capital is", "B is in"],
+            "answer_new": ["X", "Y", "Z"],
+            "answer_old": ["W", None, "V"],
+        }
+    )
+    digests = case_digests(probes)
+    assert set(digests) == {"a", "b"} and digests == case_digests(probes)
+    changed = case_digests(probes.assign(answer_new=["X", "Q", "Z"]))
+    assert changed["a"] != digests["a"] and changed["b"] == digests["b"]
 
 
 def test_only_missing_shards_run_and_every_planned_one_is_collected():

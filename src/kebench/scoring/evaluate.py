@@ -9,7 +9,7 @@ single mode, one batch delta for MEMIT, every delta so far in sequential mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -185,6 +185,16 @@ def greedy_answers(
     return outputs
 
 
+def case_digests(probes: pd.DataFrame) -> dict[str, str]:
+    """A digest of each case's probes (ids, types, prompts, answers): what it is
+    scored on."""
+    columns = ["probe_id", "probe_type", "prompt", "answer_new", "answer_old"]
+    return {
+        case: fingerprint(rows[columns].to_numpy().tolist())
+        for case, rows in probes.groupby("case_id", sort=False)
+    }
+
+
 def probe_score_rows(
     probes: pd.DataFrame,
     base: pd.DataFrame,
@@ -241,13 +251,19 @@ def delta_groups(
         yield list(part["case_id"]), [load(delta_file)]
 
 
-def plan_shards(edits: pd.DataFrame, shard_size: int, *salt: object) -> pd.DataFrame:
+def plan_shards(
+    edits: pd.DataFrame,
+    shard_size: int,
+    *salt: object,
+    content: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
     """``edits`` (ok manifest rows) with a ``shard`` column: consecutive delta groups of
     one method and mode, about ``shard_size`` cases each.
 
     A shard's key, ``<METHOD>/<mode>/<index>-<hash>``, hashes the fingerprints of the
-    edits it applies and ``salt`` (the scoring settings), so a stored shard is reused
-    only for the same edits scored the same way.
+    edits it applies, ``content`` of its cases (case_id -> a digest of what is scored,
+    e.g. its probes) and ``salt`` (the settings), so a stored shard is reused only for
+    the same edits measuring the same things the same way.
     """
     parts = []
     for (method, mode), rows in edits.groupby(["method", "mode"], sort=True):
@@ -265,7 +281,8 @@ def plan_shards(edits: pd.DataFrame, shard_size: int, *salt: object) -> pd.DataF
             shards[-1].append(group)
         for index, shard in enumerate(shards):
             part = pd.concat(shard)
-            digest = fingerprint(list(part["fingerprint"]), applied, *salt)
+            cases = [(content or {}).get(case) for case in part["case_id"]]
+            digest = fingerprint(list(part["fingerprint"]), cases, applied, *salt)
             parts.append(
                 part.assign(shard=f"{method}/{mode}/{index:04d}-{digest[:12]}")
             )

@@ -87,6 +87,7 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
     ] = ["failed", "norm explosion", None]
     plan = plan_score_shards(
         selected,
+        evaluated.load("probes"),
         {"batch_size": 16, "generation": {"probe_types": [], "max_new_tokens": 1}},
         {"shard_size": 8},
     )

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from kebench.compute.engine import (
     ComputeSettings,
+    collect_shards,
     pending_shards,
     run_shards,
 )
@@ -23,6 +24,7 @@ from kebench.schemas import METRICS, PROBE_SCORES
 from kebench.scoring.evaluate import (
     ScoreShard,
     ScoringSettings,
+    case_digests,
     plan_shards,
     probe_score_rows,
     score_pass,
@@ -84,13 +86,18 @@ def score_base_probes(
 
 
 def plan_score_shards(
-    selected_edits: pd.DataFrame, params: dict[str, Any], compute: dict[str, Any]
+    selected_edits: pd.DataFrame,
+    probes: pd.DataFrame,
+    params: dict[str, Any],
+    compute: dict[str, Any],
 ) -> pd.DataFrame:
     """The edits to score (failed ones are left out, and reported), in shards of
-    ``compute.shard_size`` cases keyed by what they score and how."""
+    ``compute.shard_size`` cases keyed by their edits, their probes and the scoring
+    settings."""
     ok = selected_edits[selected_edits["status"] == "ok"]
     shard_size = ComputeSettings.from_params(compute).shard_size
-    return plan_shards(ok, shard_size, asdict(_settings(params)))
+    content = case_digests(probes[probes["case_id"].isin(ok["case_id"])])
+    return plan_shards(ok, shard_size, asdict(_settings(params)), content=content)
 
 
 def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -142,9 +149,7 @@ def collect_probe_scores(
     floor = base.loc[base.index.isin(scored)]
     model_name = selected_edits["model"].iloc[0]
     parts = [probe_score_rows(by_id, base, floor, model_name, UNEDITED)]
-    parts += [
-        probe_score_shards[key]() for key in sorted(set(score_shard_plan["shard"]))
-    ]
+    parts += collect_shards(probe_score_shards, score_shard_plan)
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
 
 

@@ -35,7 +35,12 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=plan_score_shards,
-                inputs=["selected_edits", "params:evaluation", "params:compute"],
+                inputs=[
+                    "selected_edits",
+                    "probes",
+                    "params:evaluation",
+                    "params:compute",
+                ],
                 outputs="score_shard_plan",
                 name="plan_score_shards",
             ),

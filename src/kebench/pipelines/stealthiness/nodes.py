@@ -36,9 +36,6 @@ from kebench.scoring.stealth import (
 
 logger = logging.getLogger(__name__)
 
-# The parameters a drift measurement depends on: a change re-measures every edit.
-DRIFT_SETTINGS = ("batch_size", "sizes", "seed", "boolq_passage_words")
-
 
 def _case_risks(probes: pd.DataFrame) -> pd.Series:
     return probes.drop_duplicates("case_id").set_index("case_id")["risk"]
@@ -78,14 +75,21 @@ def measure_base_capability(
 
 
 def plan_drift_shards(
-    stealth_edits: pd.DataFrame, params: dict[str, Any], compute: dict[str, Any]
+    stealth_edits: pd.DataFrame,
+    general_sets: GeneralSets,
+    params: dict[str, Any],
+    compute: dict[str, Any],
 ) -> pd.DataFrame:
     """The successful edits to measure, in shards of ``compute.shard_size`` cases keyed
-    by what they measure and how."""
+    by their edits, the general sets and the batch size."""
     ok = stealth_edits[stealth_edits["status"] == "ok"]
     shard_size = ComputeSettings.from_params(compute).shard_size
-    how = {key: params[key] for key in DRIFT_SETTINGS}
-    return plan_shards(ok, shard_size, how)
+    sets = (
+        general_sets.texts,
+        general_sets.prompts,
+        general_sets.probes.to_numpy().tolist(),
+    )
+    return plan_shards(ok, shard_size, sets, int(params["batch_size"]))
 
 
 def measure_drift_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs

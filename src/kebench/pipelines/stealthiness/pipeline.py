@@ -45,7 +45,12 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=plan_drift_shards,
-                inputs=["stealth_edits", "params:stealthiness", "params:compute"],
+                inputs=[
+                    "stealth_edits",
+                    "general_sets",
+                    "params:stealthiness",
+                    "params:compute",
+                ],
                 outputs="drift_shard_plan",
                 name="plan_drift_shards",
             ),
