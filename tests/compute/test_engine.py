@@ -3,6 +3,8 @@ tests/pipelines/evaluation/test_dask.py, on the real model)."""
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import pytest
 
@@ -126,3 +128,22 @@ def test_only_missing_shards_run_and_every_planned_one_is_collected():
     assert collect_shards(stored, plan) == ["first", ("model", 2), ("model", 2)]
     with pytest.raises(ValueError, match="planned shards not stored"):
         collect_shards({keys[0]: lambda: 0}, plan)
+
+
+def worker_identity(lm, payload: int) -> tuple[str, int, int]:
+    """A shard task: which model and which process ran it (a module-level function,
+    so that Dask workers can import it)."""
+    return lm.name, os.getpid(), payload
+
+
+@pytest.mark.model
+def test_a_local_cluster_runs_gpu_shards_on_workers_that_load_the_model(lm):
+    """Shards asking for the resource GPU=1 run on the workers of a local cluster,
+    which advertise it; each worker loads the model from its registry entry."""
+    settings = ComputeSettings("local-cluster:2", 1, {"GPU": 1})
+    payloads = {f"shard-{i}": i for i in range(4)}
+    done = dict(run_shards(lm, worker_identity, payloads, settings, "identity"))
+    assert sorted(done) == sorted(payloads)
+    assert all(name == lm.name for name, _, _ in done.values())
+    assert {payload for _, _, payload in done.values()} == set(range(4))
+    assert os.getpid() not in {pid for _, pid, _ in done.values()}
