@@ -142,7 +142,10 @@ def test_a_local_cluster_runs_gpu_shards_on_workers_that_load_the_model(lm):
     which advertise it; each worker loads the model from its registry entry."""
     settings = ComputeSettings("local-cluster:2", 1, {"GPU": 1})
     payloads = {f"shard-{i}": i for i in range(4)}
+    environ = dict(os.environ)
     done = dict(run_shards(lm, worker_identity, payloads, settings, "identity"))
+    # Dask's nanny sets OMP_NUM_THREADS=1 here to spawn workers; it is put back
+    assert dict(os.environ) == environ
     assert sorted(done) == sorted(payloads)
     assert all(name == lm.name for name, _, _ in done.values())
     assert {payload for _, _, payload in done.values()} == set(range(4))

@@ -29,6 +29,7 @@ them with ``--resources "GPU=1"``. A local cluster's workers advertise it too.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -140,6 +141,13 @@ def dask_client(settings: ComputeSettings, stack: ExitStack):
     workers = _local_workers(settings.scheduler)
     if workers is None:
         return stack.enter_context(Client(settings.scheduler))
+    # Dask's nanny sets OMP_NUM_THREADS=1 (and more: distributed.nanny.pre-spawn-environ)
+    # in *this* process before spawning a worker and leaves it set, so any subprocess
+    # started later would run torch on one thread and sum in another order (a resumed
+    # `kedro run` gave other ROME deltas). Put the environment back once the workers are
+    # up, and again after the cluster closes (a restarted worker sets it anew).
+    environ = dict(os.environ)
+    stack.callback(_restore_environ, environ)
     cluster = stack.enter_context(
         LocalCluster(
             n_workers=workers,
@@ -149,7 +157,13 @@ def dask_client(settings: ComputeSettings, stack: ExitStack):
             dashboard_address=None,
         )
     )
+    _restore_environ(environ)
     return stack.enter_context(Client(cluster))
+
+
+def _restore_environ(environ: Mapping[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def run_shards(
