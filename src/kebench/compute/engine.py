@@ -162,7 +162,9 @@ def dask_client(settings: ComputeSettings, stack: ExitStack):
 
 
 def _restore_environ(environ: Mapping[str, str]) -> None:
-    os.environ.clear()
+    # key by key, not clear() then update(): the cluster's threads may read it meanwhile
+    for key in set(os.environ) - set(environ):
+        del os.environ[key]
     os.environ.update(environ)
 
 
