@@ -173,6 +173,12 @@ PROBES = pa.DataFrameSchema(
         "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
         "rule_id": pa.Column(str, nullable=True),  # entailed probes only
         "hops": pa.Column(int, pa.Check.ge(1)),
+        # The KG fact the probe's answer is about: subject IRI and relation (KG
+        # predicate local names, "|"-joined when a relation has several), so that a
+        # probe another edit of a batch or sequence rewrites can be found. Null where
+        # unknown (an unlinked subject, a multi-hop question, an injected claim).
+        "fact_subject_uri": pa.Column(str, nullable=True),
+        "fact_relation": pa.Column(str, nullable=True),
     },
     checks=[
         pa.Check(
@@ -261,6 +267,10 @@ PROBE_SCORES = pa.DataFrameSchema(
     name="probe_scores",
 )
 
+# ok_edits: over the edits that succeeded; itt (intention to treat): a failed edit
+# counts as a failure (scoring/metrics.py).
+POPULATIONS = ("ok_edits", "itt")
+
 METRICS = pa.DataFrameSchema(
     {
         "model": pa.Column(str),
@@ -269,11 +279,12 @@ METRICS = pa.DataFrameSchema(
         "probe_type": pa.Column(str),
         "metric": pa.Column(str),
         "protocol": pa.Column(str, pa.Check.isin(["prob", "token", "argmax", "gen"])),
+        "population": pa.Column(str, pa.Check.isin(POPULATIONS)),
         "value": pa.Column(float),
         "ci_low": pa.Column(float, nullable=True),
         "ci_high": pa.Column(float, nullable=True),
-        "n": pa.Column(int, pa.Check.ge(1)),
-        "n_edits": pa.Column(float, nullable=True),
+        "n": pa.Column(int, pa.Check.ge(1)),  # probes
+        "n_edits": pa.Column(float, nullable=True),  # edits (the bootstrap's units)
     },
     strict=True,
     coerce=True,

@@ -8,7 +8,9 @@ import pytest
 
 from kebench.scoring.metrics import (
     bootstrap_ci,
+    cluster_bootstrap_ci,
     exact_match,
+    failed_outcomes,
     metrics_table,
     per_edit_consistency,
     probe_outcomes,
@@ -65,7 +67,8 @@ def test_consistency_and_gap(outcomes):
         and per_edit.loc["c2", "consistency"] == 1.0
     )
     assert np.isnan(per_edit.loc["c3", "consistency"])
-    table = metrics_table(outcomes).set_index(["probe_type", "metric"])
+    table = metrics_table(outcomes)
+    table = table[table["population"] == "ok_edits"].set_index(["probe_type", "metric"])
     assert table.loc[("direct", "edit_succ"), "value"] == pytest.approx(2 / 3)
     assert table.loc[("entailed", "consistency"), "value"] == pytest.approx(0.75)
     gap = table.loc[("direct-entailed", "gap")]
@@ -84,6 +87,86 @@ def test_bootstrap_ci_brackets_the_mean_and_shrinks_with_n():
     assert low_s <= small.mean() <= high_s and low_l <= large.mean() <= high_l
     assert high_l - low_l < high_s - low_s
     assert np.isnan(bootstrap_ci([])[0])
+
+
+def test_intention_to_treat_counts_a_failed_edit_as_a_failure(outcomes):
+    probes = pd.DataFrame(
+        {
+            "case_id": ["c4"] * 4,
+            "probe_id": ["c4/d", "c4/e0", "c4/e1", "c4/l"],
+            "probe_type": ["direct", "entailed", "entailed", "locality"],
+            "risk": "counterfactual",
+            "source": "demo",
+            "answer_old": ["a", "b", "c", "d"],
+        }
+    )
+    failed = pd.DataFrame({"model": ["m"], "method": ["ROME"], "case_id": ["c4"]})
+    table = metrics_table(outcomes, failed=failed_outcomes(probes, failed, ["direct"]))
+    table = table.set_index(["population", "probe_type", "metric"])
+    # ok_edits: as without the failure (c1, c2, c3 succeeded)
+    assert table.loc[("ok_edits", "direct", "edit_succ"), "value"] == pytest.approx(
+        2 / 3
+    )
+    # itt: c4's direct probe is a failure, 2 of 4
+    direct = table.loc[("itt", "direct", "edit_succ")]
+    assert direct["value"] == pytest.approx(0.5) and direct["n_edits"] == 4
+    assert table.loc[("itt", "direct", "counterfact_efficacy"), "value"] == 0.5
+    # token accuracy: c1..c3 reproduce 1 of 2 tokens, c4 none
+    assert table.loc[("itt", "direct", "token_accuracy"), "value"] == pytest.approx(
+        (0.5 * 3 + 0) / 4
+    )
+    # consistency per edit: c1 0.5, c2 1, c4 0 (c3 has no entailed probe)
+    itt_cons = table.loc[("itt", "entailed", "consistency")]
+    assert itt_cons["value"] == pytest.approx(1.5 / 3) and itt_cons["n"] == 3
+    # gap per edit: c1 1 - 0.5, c2 1 - 1, c4 0 - 0; n: 2 + 1 + 2 entailed probes
+    gap = table.loc[("itt", "direct-entailed", "gap")]
+    assert gap["value"] == pytest.approx(0.5 / 3) and gap["n"] == 5
+    # locality is not a success metric: no itt form
+    assert ("itt", "locality", "locality") not in table.index
+    assert ("ok_edits", "locality", "locality") in table.index
+
+
+def test_cluster_bootstrap_resamples_edits_not_probes():
+    # edit A: four passing probes; edit B: one failing probe. Resampling the two
+    # edits gives AA -> 1, AB or BA -> 4/5, BB -> 0, with chances 1/4, 1/2, 1/4, so
+    # the 95% interval is [0, 1]; probes resampled alone would hardly ever give 0.
+    values = [1, 1, 1, 1, 0]
+    clusters = ["A", "A", "A", "A", "B"]
+    assert cluster_bootstrap_ci(values, clusters, n_boot=4000) == (0.0, 1.0)
+    low, _ = bootstrap_ci(values, n_boot=4000)
+    assert low > 0.0
+
+
+def test_cluster_bootstrap_matches_a_loop_over_resampled_edits():
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 6, size=12)
+    clusters = np.repeat([f"e{i}" for i in range(12)], sizes)
+    values = rng.integers(0, 2, size=clusters.size).astype(float)
+    # the reference: the same seeded draws of 12 edits, then a plain loop that
+    # gathers every probe of the drawn edits and averages them
+    draws = np.random.default_rng(7).integers(0, 12, size=(500, 12))
+    means = []
+    for draw in draws:
+        picked = [v for i in draw for v, c in zip(values, clusters) if c == f"e{i}"]
+        means.append(sum(picked) / len(picked))
+    expected = (np.quantile(means, 0.025), np.quantile(means, 0.975))
+    got = cluster_bootstrap_ci(values, clusters, n_boot=500, seed=7)
+    assert got == pytest.approx(expected)
+
+
+def test_metric_cis_are_over_edits(outcomes):
+    # c1 has two entailed probes (one passes), c2 one (passes): the probe-level
+    # EditSucc of entailed probes is 2/3, its CI resamples c1 and c2 whole:
+    # c1c1 -> 1/2, c1c2 or c2c1 -> 2/3, c2c2 -> 1
+    table = metrics_table(outcomes)
+    row = table[
+        (table["population"] == "ok_edits")
+        & (table["probe_type"] == "entailed")
+        & (table["metric"] == "edit_succ")
+    ].iloc[0]
+    assert row["value"] == pytest.approx(2 / 3) and row["n"] == 3
+    assert row["n_edits"] == 2
+    assert (row["ci_low"], row["ci_high"]) == (0.5, 1.0)
 
 
 def test_squad_normalisation():

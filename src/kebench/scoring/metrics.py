@@ -5,6 +5,10 @@ forced log-probs of the old and new answers under the base model (``lp_base_*``)
 the edited model (``lp_edit_*``), summed over answer tokens, and whether the model's
 argmax reproduces each answer token.
 
+Every metric has two populations (``population``): ``ok_edits``, the edits that
+succeeded, and ``itt`` (intention to treat), where a failed edit counts as a failure.
+Uncertainty is over edits: probes of one edit are resampled together.
+
 Protocols, never mixed in one number:
     prob: probability comparisons (EditSucc, Consistency, CounterFact efficacy).
     token: teacher-forced token accuracy (EasyEdit's "rewrite acc").
@@ -49,30 +53,57 @@ def probe_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
     return outcomes
 
 
+def cluster_bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    clusters: Sequence[object] | np.ndarray,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of ``values``, resampling whole clusters.
+
+    The probes of one edit share the edit and are not independent, so the unit of
+    resampling is the cluster (the edit, ``case_id``): each replicate draws as many
+    clusters as there are, with replacement, and takes the mean over **all values of
+    the drawn clusters**. That is the same statistic as the point estimate (the mean
+    over probes), so the interval is about the number reported; a mean of per-cluster
+    means would weigh an edit with one probe like one with ten, a different number.
+    With one value per cluster this is the ordinary bootstrap (``bootstrap_ci``).
+    NaN for no values.
+    """
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return float("nan"), float("nan")
+    codes, _ = pd.factorize(np.asarray(clusters, dtype=object))
+    sums = np.bincount(codes, weights=data)
+    counts = np.bincount(codes)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, sums.size, size=(n_boot, sums.size))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+
+
 def bootstrap_ci(
     values: Sequence[float] | np.ndarray,
     n_boot: int = 2000,
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean (NaN for no values)."""
-    data = np.asarray(values, dtype=float)
-    if data.size == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(n_boot, data.size))].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+    """Percentile bootstrap CI of the mean of independent values (NaN for none)."""
+    return cluster_bootstrap_ci(values, np.arange(len(values)), n_boot, seed, level)
 
 
 def _metric_rows(
     frame: pd.DataFrame, column: str, metric: str, protocol: str, seed: int
 ) -> list[dict]:
-    """One row per (model, method, risk, probe_type) group of ``column``'s mean."""
+    """One row per (model, method, risk, probe_type) group of ``column``'s mean, its
+    CI over the group's edits (``cluster_bootstrap_ci``), and its n of probes and
+    edits."""
     rows = []
     for group, part in frame.dropna(subset=[column]).groupby(GROUP, sort=True):
         values = part[column].astype(float).to_numpy()
-        low, high = bootstrap_ci(values, seed=seed)
+        low, high = cluster_bootstrap_ci(values, part["case_id"], seed=seed)
         rows.append(
             dict(zip(GROUP, group, strict=True))
             | {
@@ -82,6 +113,7 @@ def _metric_rows(
                 "ci_low": low,
                 "ci_high": high,
                 "n": int(values.size),
+                "n_edits": part["case_id"].nunique(),
             }
         )
     return rows
@@ -131,8 +163,41 @@ def gap_rows(outcomes: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> list[
     return rows
 
 
-def metrics_table(outcomes: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """Every metric per (model, method, risk, probe_type), with its protocol, CI and n."""
+def failed_outcomes(
+    probes: pd.DataFrame,
+    failed_edits: pd.DataFrame,
+    generate_types: Sequence[str] = (),
+) -> pd.DataFrame:
+    """``probe_outcomes`` rows that count each failed edit's probes as failures.
+
+    The intention-to-treat form: an edit was asked for and did not happen, so every
+    success indicator of its probes is 0 (EditSucc and efficacy where the probe has an
+    old answer, as for a stored edit; EM/F1 for the generated ``generate_types``).
+    Locality probes are left out: a failed edit leaves the model as it was, so its
+    locality says nothing about the method and would only flatter it.
+
+    Args:
+        probes: the ``probes`` table.
+        failed_edits: ``model, method, case_id`` of each failed edit.
+    """
+    columns = ["case_id", "probe_id", "probe_type", "risk", "source", "answer_old"]
+    rows = failed_edits[["model", "method", "case_id"]].merge(
+        probes.loc[probes["probe_type"] != "locality", columns], on="case_id"
+    )
+    has_old = rows.pop("answer_old").notna()
+    zero = pd.Series(0.0, index=rows.index)
+    generated = rows["probe_type"].isin(list(generate_types))
+    return rows.assign(
+        edit_succ=zero.where(has_old),
+        efficacy=zero.where(has_old),
+        token_acc=zero,
+        gen_em=zero.where(generated),
+        gen_f1=zero.where(generated),
+    )
+
+
+def _population_rows(outcomes: pd.DataFrame, seed: int, locality: bool) -> list[dict]:
+    """Every metric of one population of edits, per (model, method, risk, probe_type)."""
     rows = []
     by_type = {
         "edit_succ": ("edit_succ", "prob"),
@@ -142,15 +207,39 @@ def metrics_table(outcomes: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     scored = outcomes[outcomes["probe_type"] != "locality"]
     for column, (metric, protocol) in by_type.items():
         rows += _metric_rows(scored, column, metric, protocol, seed)
-    locality = outcomes[outcomes["probe_type"] == "locality"]
-    rows += _metric_rows(locality, "argmax_agree", "locality", "argmax", seed)
+    if locality:
+        local = outcomes[outcomes["probe_type"] == "locality"]
+        rows += _metric_rows(local, "argmax_agree", "locality", "argmax", seed)
     per_edit = per_edit_consistency(outcomes).assign(probe_type="entailed")
     rows += _metric_rows(per_edit, "consistency", "consistency", "prob", seed)
     if "gen_em" in outcomes:
         rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
         rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
     rows += gap_rows(outcomes, seed)
-    return pd.DataFrame(rows)
+    return rows
+
+
+def metrics_table(
+    outcomes: pd.DataFrame, seed: int = 0, failed: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Every metric per (model, method, risk, probe_type), with its protocol,
+    population, CI and n.
+
+    Two populations, never merged: ``ok_edits``, over the edits that succeeded (the
+    stored, scored ones: every number as before), and ``itt`` (intention to treat),
+    where each failed edit also counts, as a failure (``failed``: ``failed_outcomes``
+    rows). Locality is an ``ok_edits`` metric only.
+    """
+    ok = _population_rows(outcomes, seed, locality=True)
+    treated = outcomes if failed is None else pd.concat([outcomes, failed])
+    itt = _population_rows(treated, seed, locality=False)
+    return pd.concat(
+        [
+            pd.DataFrame(ok).assign(population="ok_edits"),
+            pd.DataFrame(itt).assign(population="itt"),
+        ],
+        ignore_index=True,
+    )
 
 
 # SQuAD's answer normalisation and token F1, as the paper's repository scores

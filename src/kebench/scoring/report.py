@@ -15,18 +15,34 @@ HEADLINE = [
 ]
 
 
-def headline_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Direct vs entailed per (model, method, risk), as in the paper, with CIs and n."""
+POPULATION_TEXT = {
+    "itt": "intention to treat: every requested edit, a failed edit counting as a "
+    "failure of each of its probes",
+    "ok_edits": "the edits that succeeded: failed edits are left out",
+}
+
+
+def headline_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
+    """Direct vs entailed per (model, method, risk), as in the paper, with CIs and n,
+    in one population (``itt`` or ``ok_edits``; locality is always ``ok_edits``)."""
+    if population not in POPULATION_TEXT:
+        raise ValueError(
+            f"unknown headline population {population!r}; use one of "
+            f"{sorted(POPULATION_TEXT)}"
+        )
     keys = ["model", "method", "risk"]
     table = None
     for probe_type, metric, label in HEADLINE:
+        form = "ok_edits" if metric == "locality" else population
         part = metrics[
-            (metrics["probe_type"] == probe_type) & (metrics["metric"] == metric)
+            (metrics["probe_type"] == probe_type)
+            & (metrics["metric"] == metric)
+            & (metrics["population"] == form)
         ]
         part = part.set_index(keys)[["value", "ci_low", "ci_high", "n"]]
         part.columns = [f"{label} {c}" if c != "value" else label for c in part.columns]
         table = part if table is None else table.join(part, how="outer")
-    return table.reset_index() if table is not None else pd.DataFrame(columns=keys)
+    return table.reset_index().assign(population=population)
 
 
 def _cell(row: pd.Series, label: str) -> str:
@@ -39,13 +55,21 @@ def _cell(row: pd.Series, label: str) -> str:
     )
 
 
-def report_markdown(headline: pd.DataFrame, failures: pd.DataFrame, title: str) -> str:
-    """The report as markdown: the headline table in %, with 95% bootstrap CIs."""
+def report_markdown(
+    headline: pd.DataFrame, failures: pd.DataFrame, title: str, population: str
+) -> str:
+    """The report as markdown: the headline table (of ``population``) in %, with 95%
+    bootstrap CIs."""
     labels = [label for *_, label in HEADLINE]
     lines = [
         f"# {title}",
         "",
-        "Percentages with 95% bootstrap confidence intervals and the number of probes "
+        f"Population of EditSucc, Consistency and the gap: `{population}` "
+        f"({POPULATION_TEXT[population]}); locality: `ok_edits`. `metrics.csv` has "
+        "both populations (column `population`).",
+        "",
+        "Percentages with 95% bootstrap confidence intervals, which resample edits "
+        "(the probes of one edit together), and the number of probes "
         "(edits for Consistency's mean over edits; the gap is paired over edits that "
         "have entailed probes, n counts those probes). EditSucc, Consistency and the "
         "gap compare probabilities (protocol `prob`); locality compares argmax tokens "
@@ -65,7 +89,7 @@ def report_markdown(headline: pd.DataFrame, failures: pd.DataFrame, title: str) 
     if len(failures):
         lines += [
             "",
-            "## Failed edits (excluded from every metric)",
+            "## Failed edits (failures in `itt`, left out of `ok_edits`)",
             "",
             "| method | failed | reasons |",
             "|---|---|---|",

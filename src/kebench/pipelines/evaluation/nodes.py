@@ -30,7 +30,12 @@ from kebench.scoring.evaluate import (
     score_pass,
     score_shard,
 )
-from kebench.scoring.metrics import metrics_table, per_edit_consistency, probe_outcomes
+from kebench.scoring.metrics import (
+    failed_outcomes,
+    metrics_table,
+    per_edit_consistency,
+    probe_outcomes,
+)
 from kebench.scoring.report import (
     headline_table,
     plot_consistency_distribution,
@@ -153,16 +158,25 @@ def collect_probe_scores(
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
 
 
-def compute_metrics(probe_scores: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
-    """Every metric per (model, method, risk, probe_type), with protocol, 95% CI and n."""
+def compute_metrics(
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+    failed_edits: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """Every metric per (model, method, risk, probe_type), with protocol, population
+    (``ok_edits``; ``itt``, where the failed edits count as failures), 95% CI over
+    edits, and n."""
+    failed = failed_outcomes(probes, failed_edits, params["generation"]["probe_types"])
     table = metrics_table(
-        probe_outcomes(probe_scores), seed=int(params["bootstrap_seed"])
+        probe_outcomes(probe_scores), seed=int(params["bootstrap_seed"]), failed=failed
     )
     return METRICS.validate(table.reindex(columns=list(METRICS.columns)))
 
 
 def list_failed_edits(selected_edits: pd.DataFrame) -> pd.DataFrame:
-    """The failed edits, excluded from every metric, with their reasons."""
+    """The failed edits, left out of the ``ok_edits`` metrics and counted as failures
+    in the ``itt`` ones, with their reasons."""
     failed = selected_edits[selected_edits["status"] == "failed"]
     return failed[["model", "method", "mode", "case_id", "reason"]].reset_index(
         drop=True
@@ -170,12 +184,17 @@ def list_failed_edits(selected_edits: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_report(
-    metrics: pd.DataFrame, probe_scores: pd.DataFrame, failed_edits: pd.DataFrame
+    metrics: pd.DataFrame,
+    probe_scores: pd.DataFrame,
+    failed_edits: pd.DataFrame,
+    params: dict[str, Any],
 ) -> tuple[str, pd.DataFrame, Figure, Figure]:
-    """The markdown report, its headline table, and the two plots."""
-    headline = headline_table(metrics)
+    """The markdown report, its headline table (in the population
+    ``headline_population``), and the two plots."""
+    population = params["headline_population"]
+    headline = headline_table(metrics, population)
     per_edit = per_edit_consistency(probe_outcomes(probe_scores))
-    markdown = report_markdown(headline, failed_edits, "kebench evaluation")
+    markdown = report_markdown(headline, failed_edits, "kebench evaluation", population)
     return (
         markdown,
         headline,
@@ -202,12 +221,14 @@ def describe_run(
 def track_metrics(
     metrics: pd.DataFrame, failed_edits: pd.DataFrame
 ) -> dict[str, dict[str, float]]:
-    """MLflow metrics per method: ``<risk>.<probe_type>.<metric>`` (and ``.ci_*``),
-    plus ``failed_edits``; logged with the prefix ``evaluation``."""
+    """MLflow metrics per method: ``<risk>.<probe_type>.<metric>`` (and ``.ci_*``)
+    over the successful edits, ``<risk>.<probe_type>.<metric>_itt`` intention to
+    treat, plus ``failed_edits``; logged with the prefix ``evaluation``."""
     tracked: dict[str, dict[str, float]] = {}
     for row in metrics.to_dict("records"):
         values = tracked.setdefault(row["method"], {})
-        key = f"{row['risk']}.{row['probe_type']}.{row['metric']}"
+        suffix = "" if row["population"] == "ok_edits" else f"_{row['population']}"
+        key = f"{row['risk']}.{row['probe_type']}.{row['metric']}{suffix}"
         values[key] = float(row["value"])
         for bound in ("ci_low", "ci_high"):
             if pd.notna(row[bound]):

@@ -73,7 +73,12 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=compute_metrics,
-                inputs=["probe_scores", "params:evaluation"],
+                inputs=[
+                    "probe_scores",
+                    "probes",
+                    "failed_edits",
+                    "params:evaluation",
+                ],
                 outputs="metrics",
                 name="compute_metrics",
             ),
@@ -85,7 +90,12 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=build_report,
-                inputs=["metrics", "probe_scores", "failed_edits"],
+                inputs=[
+                    "metrics",
+                    "probe_scores",
+                    "failed_edits",
+                    "params:evaluation",
+                ],
                 outputs=[
                     "evaluation_report",
                     "headline_table",
