@@ -7,7 +7,7 @@ is") or a question in the configured QA format ("Question: ...\\nAnswer:").
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,9 @@ from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import PROBES
 
 COLUMNS = list(PROBES.columns)
+# fact_relation joins the KG predicates of a relation that has several
+RELATION_SEPARATOR = "|"
+FACT_KEY = ["fact_subject_uri", "fact_relation"]
 
 
 def as_question_prompt(question: str, qa_format: str) -> str:
@@ -40,8 +43,21 @@ def _rows(cases: pd.DataFrame, probe_type: str, **columns: Any) -> pd.DataFrame:
     return frame.reindex(columns=COLUMNS)
 
 
-def edit_probes(edit_requests: pd.DataFrame, qa_format: str) -> pd.DataFrame:
-    """``direct`` (the edit's own cloze) and ``paraphrase`` (its question) probes."""
+def edit_probes(
+    edit_requests: pd.DataFrame,
+    qa_format: str,
+    predicates: Mapping[str, Sequence[str]],
+) -> pd.DataFrame:
+    """``direct`` (the edit's own cloze) and ``paraphrase`` (its question) probes.
+
+    Both ask the edited fact: the subject's IRI and the local names of the KG
+    predicates that state the relation (``predicates``, by P-id), none when the
+    relation has no KG predicate.
+    """
+    names = [
+        RELATION_SEPARATOR.join(dict.fromkeys(predicates.get(r, ()))) or None
+        for r in edit_requests["relation_id"]
+    ]
     common = {
         "source": edit_requests["source"],
         "risk": edit_requests["risk"],
@@ -49,6 +65,8 @@ def edit_probes(edit_requests: pd.DataFrame, qa_format: str) -> pd.DataFrame:
         "answer_old": edit_requests["target_true"],
         "answer_new": edit_requests["target_new"],
         "hops": 1,
+        "fact_subject_uri": edit_requests["subject_uri"],
+        "fact_relation": pd.Series(names, index=edit_requests.index, dtype=object),
     }
     direct = _rows(
         edit_requests,
@@ -77,11 +95,17 @@ def edit_probes(edit_requests: pd.DataFrame, qa_format: str) -> pd.DataFrame:
 
 
 def entailed_probes(
-    entailed_questions: pd.DataFrame, edit_requests: pd.DataFrame
+    entailed_questions: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
 ) -> pd.DataFrame:
-    """``entailed`` probes: rule-derived consequences, asked as clozes without the facts."""
+    """``entailed`` probes: rule-derived consequences, asked as clozes without the
+    facts. Each asks its consequence's (subject, relation) of ``entailed_facts``."""
     cases = edit_requests.set_index("case_id")
-    joined = entailed_questions.join(cases[["source", "risk", "subject"]], on="case_id")
+    facts = entailed_facts.set_index("fact_id")[["subject_uri", "relation"]]
+    joined = entailed_questions.join(
+        cases[["source", "risk", "subject"]], on="case_id"
+    ).join(facts, on="fact_id")
     return _rows(
         joined,
         "entailed",
@@ -94,6 +118,8 @@ def entailed_probes(
         answer_new=joined["answer_new"],
         rule_id=joined["rule_id"],
         hops=joined["hops"],
+        fact_subject_uri=joined["subject_uri"],
+        fact_relation=joined["relation"],
     )
 
 
@@ -161,6 +187,8 @@ def locality_probes(
                     "answer_new": fact["o_label"],
                     "rule_id": None,
                     "hops": 1,
+                    "fact_subject_uri": fact["s"],
+                    "fact_relation": fact["p_local"],
                 }
             )
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -226,6 +254,35 @@ def unify_probes(parts: list[pd.DataFrame]) -> pd.DataFrame:
         probes["case_id"] + "/" + probes["probe_type"] + "/" + number.astype(str)
     )
     return PROBES.validate(probes[COLUMNS])
+
+
+def fact_keys(frame: pd.DataFrame, subject: str, relation: str) -> pd.DataFrame:
+    """``frame`` with one row per (subject, relation) fact key, as ``FACT_KEY``
+    columns: a relation of several KG predicates gives a row for each; rows without
+    a key are dropped."""
+    keyed = frame.dropna(subset=[subject, relation])
+    keys = keyed.assign(
+        fact_subject_uri=keyed[subject],
+        fact_relation=keyed[relation].str.split(RELATION_SEPARATOR),
+    )
+    return keys.explode("fact_relation", ignore_index=True)
+
+
+def rewritten_facts(probes: pd.DataFrame, entailed_facts: pd.DataFrame) -> pd.DataFrame:
+    """Every fact each edit changes in the edited world: ``case_id``, ``FACT_KEY``
+    and ``kind`` (``direct``: the edited fact; ``consequence``: a row of
+    ``entailed_facts``, whatever its status: a conflicting or contested consequence
+    is still a fact the edit puts in doubt)."""
+    direct = fact_keys(probes[probes["probe_type"] == "direct"], *FACT_KEY).assign(
+        kind="direct"
+    )
+    consequences = fact_keys(entailed_facts, "subject_uri", "relation").assign(
+        kind="consequence"
+    )
+    columns = ["case_id", *FACT_KEY, "kind"]
+    return pd.concat(
+        [direct[columns], consequences[columns]], ignore_index=True
+    ).drop_duplicates(ignore_index=True)
 
 
 def probe_summary(probes: pd.DataFrame) -> pd.DataFrame:

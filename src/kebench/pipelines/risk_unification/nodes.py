@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from kebench.kg.edit_cases import RawEditCases, multihop_questions
+from kebench.qa.entailment import edit_relations
 from kebench.qa.probes import (
     InjectionSet,
     edit_probes,
@@ -21,17 +22,23 @@ from kebench.qa.verbaliser import Verbaliser
 
 
 def collect_edit_probes(
-    edit_requests: pd.DataFrame, params: dict[str, Any]
+    edit_requests: pd.DataFrame,
+    relations: dict[str, dict[str, Any]],
+    params: dict[str, Any],
 ) -> pd.DataFrame:
-    """Direct (the edit's cloze) and paraphrase (its question) probes."""
-    return edit_probes(edit_requests, params["qa_format"])
+    """Direct (the edit's cloze) and paraphrase (its question) probes, keyed by the
+    KG fact they ask."""
+    predicates = {r: edit_relations(r, relations) for r in relations}
+    return edit_probes(edit_requests, params["qa_format"], predicates)
 
 
 def collect_entailed_probes(
-    entailed_questions: pd.DataFrame, edit_requests: pd.DataFrame
+    entailed_questions: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
 ) -> pd.DataFrame:
-    """Entailed probes from the rule-derived questions."""
-    return entailed_probes(entailed_questions, edit_requests)
+    """Entailed probes from the rule-derived questions, keyed by their consequence."""
+    return entailed_probes(entailed_questions, edit_requests, entailed_facts)
 
 
 def collect_multihop_probes(

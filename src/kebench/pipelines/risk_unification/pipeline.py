@@ -19,13 +19,17 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=collect_edit_probes,
-                inputs=["edit_requests", "params:risk_unification"],
+                inputs=[
+                    "edit_requests",
+                    "params:relations",
+                    "params:risk_unification",
+                ],
                 outputs="edit_probes",
                 name="collect_edit_probes",
             ),
             Node(
                 func=collect_entailed_probes,
-                inputs=["entailed_questions", "edit_requests"],
+                inputs=["entailed_questions", "edit_requests", "entailed_facts"],
                 outputs="entailed_probes",
                 name="collect_entailed_probes",
             ),

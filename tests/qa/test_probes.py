@@ -1,0 +1,139 @@
+"""Probes name the KG fact they ask (fact keys), and what each edit rewrites."""
+
+from __future__ import annotations
+
+import pandas as pd
+import yaml
+
+from kebench.project import PROJECT_ROOT
+from kebench.qa.entailment import edit_relations
+from kebench.qa.probes import (
+    edit_probes,
+    entailed_probes,
+    locality_probes,
+    rewritten_facts,
+    unify_probes,
+)
+from kebench.qa.verbaliser import Verbaliser
+
+R = "http://dbpedia.org/resource/"
+QA = "Question: {question}\nAnswer:"
+
+
+def relations() -> dict:
+    with open(PROJECT_ROOT / "conf/base/parameters/relations.yml") as handle:
+        return yaml.safe_load(handle)["relations"]
+
+
+def edit(case_id, subject, relation_id, prompt, old, new, question=None):  # noqa: PLR0913, PLR0917
+    return {
+        "case_id": case_id,
+        "source": "demo",
+        "risk": "counterfactual",
+        "subject": subject,
+        "relation_id": relation_id,
+        "relation_label": relation_id,
+        "prompt": prompt,
+        "target_true": old,
+        "target_new": new,
+        "question": question,
+        "subject_uri": R + subject.replace(" ", "_"),
+        "target_true_uri": R + old.replace(" ", "_"),
+        "target_new_uri": R + new.replace(" ", "_"),
+    }
+
+
+EDITS = pd.DataFrame(
+    [
+        edit(
+            "e1",
+            "Joe Biden",
+            "P19",
+            "{} was born in",
+            "Scranton",
+            "Dublin",
+            "Where was Joe Biden born?",
+        ),
+        edit("e2", "Sweden", "P35", "The head of state of {} is", "Carl", "Olaf"),
+        edit("e3", "Nowhere", "P9999", "{} is near", "A", "B"),
+    ]
+)
+FACTS = pd.DataFrame(
+    {
+        "fact_id": ["e1/0"],
+        "case_id": ["e1"],
+        "subject_uri": [R + "Joe_Biden"],
+        "relation": ["citizenship"],
+    }
+)
+QUESTIONS = pd.DataFrame(
+    {
+        "fact_id": ["e1/0"],
+        "case_id": ["e1"],
+        "rule_id": ["R1"],
+        "question": ["What is the citizenship of Joe Biden?"],
+        "cloze": ["Joe Biden is a citizen of"],
+        "answer_old": ["United States"],
+        "answer_new": ["Ireland"],
+        "hops": [2],
+    }
+)
+
+
+def test_edit_and_entailed_probes_name_the_fact_they_ask():
+    rel = relations()
+    predicates = {r: edit_relations(r, rel) for r in rel}
+    probes = unify_probes(
+        [
+            edit_probes(EDITS, QA, predicates),
+            entailed_probes(QUESTIONS, EDITS, FACTS),
+        ]
+    ).set_index("probe_id")
+    # relations.yml: P19 is dbo:birthPlace; P35 is dbo:leader and dbp:leaderName
+    assert probes.loc["e1/direct/0", "fact_relation"] == "birthPlace"
+    assert probes.loc["e1/paraphrase/0", "fact_subject_uri"] == R + "Joe_Biden"
+    assert probes.loc["e2/direct/0", "fact_relation"] == "leader|leaderName"
+    assert pd.isna(probes.loc["e3/direct/0", "fact_relation"])  # no KG predicate
+    entailed = probes.loc["e1/entailed/0"]
+    assert (entailed["fact_subject_uri"], entailed["fact_relation"]) == (
+        R + "Joe_Biden",
+        "citizenship",
+    )
+
+
+def test_locality_probes_ask_their_kg_fact():
+    kg = pd.DataFrame(
+        {
+            "s": [R + "Paris", R + "Joe_Biden"],
+            "p": ["http://dbpedia.org/ontology/country"] * 2,
+            "o": [R + "France", R + "United_States"],
+            "o_is_literal": [False, False],
+            "o_lang": [None, None],
+            "s_label": ["Paris", "Joe Biden"],
+            "p_local": ["country", "country"],
+            "o_label": ["France", "United States"],
+        }
+    )
+    verbaliser = Verbaliser(templates={"country": {"noun": "country"}})
+    probes = locality_probes(EDITS.iloc[:1], kg, verbaliser, per_edit=5, seed=0)
+    # the edit's own subject is never a locality fact: only Paris is left
+    assert probes[["fact_subject_uri", "fact_relation"]].values.tolist() == [
+        [R + "Paris", "country"]
+    ]
+
+
+def test_an_edit_rewrites_its_fact_and_every_consequence():
+    rel = relations()
+    probes = edit_probes(EDITS, QA, {r: edit_relations(r, rel) for r in rel})
+    facts = pd.concat(
+        [FACTS, FACTS.assign(fact_id="e1/1", relation="residence")]
+    )  # a second consequence, e.g. one whose status is not "entailed"
+    rewritten = rewritten_facts(probes, facts)
+    got = {tuple(row) for row in rewritten.to_numpy().tolist()}
+    assert got == {
+        ("e1", R + "Joe_Biden", "birthPlace", "direct"),
+        ("e2", R + "Sweden", "leader", "direct"),
+        ("e2", R + "Sweden", "leaderName", "direct"),
+        ("e1", R + "Joe_Biden", "citizenship", "consequence"),
+        ("e1", R + "Joe_Biden", "residence", "consequence"),
+    }
