@@ -5,6 +5,10 @@ edited model is the base model with a delta applied (and reverted afterwards, ex
 an in-context edit (IKE) changes no weights and is scored with its prefix before each
 prompt. Each group of cases is scored with its own deltas applied: one case's delta in
 single mode, one batch delta for MEMIT, every delta so far in sequential mode.
+
+Where several edits act at once (a batch, a sequential run), a probe of one edit whose
+fact another edit of the group rewrites no longer has the answer it states: it is
+dropped, with its reason (``joint_drops``), before any scoring.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.runner import fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.qa.probes import FACT_KEY, fact_keys
 from kebench.schemas import PROBE_SCORES
 from kebench.scoring.logprobs import ContextOverflowError, score_answers
 from kebench.scoring.metrics import exact_match, token_f1
@@ -249,6 +254,83 @@ def delta_groups(
         return
     for delta_file, part in ordered.groupby("delta_file", sort=False):
         yield list(part["case_id"]), [load(delta_file)]
+
+
+# Why a probe is dropped from joint scoring: another edit of its group rewrites the
+# fact it asks, as that edit's own fact or as one of its consequences.
+DROP_REASONS = {"direct": "other_edit_fact", "consequence": "other_edit_consequence"}
+DROP_COLUMNS = [
+    "model",
+    "method",
+    "mode",
+    "case_id",
+    "probe_id",
+    "probe_type",
+    "reason",
+    "rewritten_by",
+]
+
+
+def joint_group(edits: pd.DataFrame) -> pd.Series:
+    """The group of edits each manifest row acts together with: its batch (the rows
+    of one batch share their unit's fingerprint), the whole run in sequential mode,
+    itself in single mode. Failed edits keep their group: both populations (ok_edits
+    and itt) are scored on the same probes."""
+    sequential = edits["mode"] == "sequential"
+    unit = edits["fingerprint"].where(~sequential, "run")
+    return edits["method"] + "/" + edits["mode"] + "/" + unit
+
+
+def joint_drops(
+    edits: pd.DataFrame, probes: pd.DataFrame, rewritten: pd.DataFrame
+) -> pd.DataFrame:
+    """The probes a group's joint edited world changes, with their reason.
+
+    A probe of case X is dropped when another edit Y of X's group (``joint_group``)
+    rewrites the fact the probe asks (its ``FACT_KEY``): its answer is no longer the
+    one it states. ``other_edit_fact`` when it is Y's edited fact, else
+    ``other_edit_consequence``; ``rewritten_by`` lists the Ys. Single mode drops
+    nothing.
+
+    Args:
+        edits: manifest rows of the evaluated methods and mode.
+        rewritten: ``kebench.qa.probes.rewritten_facts``.
+    """
+    members = edits[["model", "method", "mode", "case_id"]].assign(
+        group=joint_group(edits)
+    )
+    asked = fact_keys(probes, *FACT_KEY)[
+        ["case_id", "probe_id", "probe_type", *FACT_KEY]
+    ].merge(members, on="case_id")
+    changed = rewritten.merge(members[["case_id", "group"]], on="case_id").rename(
+        columns={"case_id": "rewritten_by"}
+    )
+    hits = asked.merge(changed, on=["group", *FACT_KEY])
+    hits = hits[hits["case_id"] != hits["rewritten_by"]]
+    if hits.empty:
+        return pd.DataFrame(columns=DROP_COLUMNS)
+    # a probe rewritten as another edit's own fact is reported so, whatever else
+    hits = hits.assign(
+        reason=hits["kind"].map(DROP_REASONS),
+        direct_first=hits["kind"] != "direct",
+    ).sort_values(["direct_first", "rewritten_by"])
+    keys = ["method", "probe_id"]
+    by = hits.groupby(keys)["rewritten_by"].agg(lambda ids: " ".join(sorted(set(ids))))
+    drops = hits.drop_duplicates(keys).drop(columns="rewritten_by")
+    drops = drops.join(by, on=keys)
+    return drops[DROP_COLUMNS].sort_values(keys, ignore_index=True)
+
+
+def drop_counts(drops: pd.DataFrame) -> pd.DataFrame:
+    """How many probes joint scoring dropped per method, mode, probe type and reason."""
+    keys = ["method", "mode", "probe_type", "reason"]
+    return drops.groupby(keys).size().rename("probes").reset_index()
+
+
+def kept_probes(probes: pd.DataFrame, drops: pd.DataFrame, method: str) -> pd.DataFrame:
+    """``probes`` without those joint scoring dropped for ``method``."""
+    dropped = drops.loc[drops["method"] == method, "probe_id"]
+    return probes[~probes["probe_id"].isin(dropped)]
 
 
 def plan_shards(

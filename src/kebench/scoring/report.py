@@ -56,10 +56,15 @@ def _cell(row: pd.Series, label: str) -> str:
 
 
 def report_markdown(
-    headline: pd.DataFrame, failures: pd.DataFrame, title: str, population: str
+    headline: pd.DataFrame,
+    failures: pd.DataFrame,
+    drops: pd.DataFrame,
+    title: str,
+    population: str,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
-    bootstrap CIs."""
+    bootstrap CIs, the failed edits, and the probes joint scoring dropped
+    (``drops``: ``kebench.scoring.evaluate.drop_counts``)."""
     labels = [label for *_, label in HEADLINE]
     lines = [
         f"# {title}",
@@ -97,6 +102,24 @@ def report_markdown(
         for method, part in failures.groupby("method"):
             reasons = "; ".join(sorted(set(part["reason"].astype(str))))[:300]
             lines.append(f"| {method} | {len(part)} | {reasons} |")
+    if len(drops):
+        lines += [
+            "",
+            "## Probes dropped in joint scoring",
+            "",
+            "Edits that act together (a batch, a sequential run) change each other's "
+            "facts: a probe whose fact another edit of its batch or run rewrites "
+            "(`other_edit_fact`: that edit's own fact; `other_edit_consequence`: one "
+            "of its consequences) is not scored.",
+            "",
+            "| method | mode | probe type | reason | probes |",
+            "|---|---|---|---|---|",
+        ]
+        for row in drops.to_dict("records"):
+            lines.append(
+                f"| {row['method']} | {row['mode']} | {row['probe_type']} | "
+                f"{row['reason']} | {row['probes']} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -20,11 +20,15 @@ from kebench.editing.registry import hparams_name
 from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.qa.probes import FACT_KEY, rewritten_facts
 from kebench.schemas import METRICS, PROBE_SCORES
 from kebench.scoring.evaluate import (
     ScoreShard,
     ScoringSettings,
     case_digests,
+    drop_counts,
+    joint_drops,
+    kept_probes,
     plan_shards,
     probe_score_rows,
     score_pass,
@@ -90,19 +94,53 @@ def score_base_probes(
     return scores.assign(probe_id=edited["probe_id"].to_numpy())
 
 
+def find_joint_drops(
+    selected_edits: pd.DataFrame, probes: pd.DataFrame, entailed_facts: pd.DataFrame
+) -> pd.DataFrame:
+    """The probes left out of joint scoring (batch, sequential): those whose fact
+    another edit of the same batch or run rewrites, with the reason; logged by
+    count."""
+    missing = [c for c in FACT_KEY if c not in probes]
+    if missing:
+        raise ValueError(
+            f"probes have no fact keys {missing}: rerun "
+            "`kedro run --pipelines=risk_unification`"
+        )
+    drops = joint_drops(selected_edits, probes, rewritten_facts(probes, entailed_facts))
+    for row in drop_counts(drops).to_dict("records"):
+        logger.info(
+            "%s (%s): %d %s probes dropped from joint scoring (%s)",
+            row["method"],
+            row["mode"],
+            row["probes"],
+            row["probe_type"],
+            row["reason"],
+        )
+    return drops
+
+
 def plan_score_shards(
     selected_edits: pd.DataFrame,
     probes: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
     params: dict[str, Any],
     compute: dict[str, Any],
 ) -> pd.DataFrame:
     """The edits to score (failed ones are left out, and reported), in shards of
-    ``compute.shard_size`` cases keyed by their edits, their probes and the scoring
-    settings."""
+    ``compute.shard_size`` cases keyed by their edits, their kept probes and the
+    scoring settings."""
     ok = selected_edits[selected_edits["status"] == "ok"]
     shard_size = ComputeSettings.from_params(compute).shard_size
-    content = case_digests(probes[probes["case_id"].isin(ok["case_id"])])
-    return plan_shards(ok, shard_size, asdict(_settings(params)), content=content)
+    parts = []
+    for method, rows in ok.groupby("method", sort=True):
+        kept = kept_probes(probes, joint_dropped_probes, method)
+        content = case_digests(kept[kept["case_id"].isin(rows["case_id"])])
+        parts.append(
+            plan_shards(rows, shard_size, asdict(_settings(params)), content=content)
+        )
+    if not parts:
+        return plan_shards(ok, shard_size)
+    return pd.concat(parts, ignore_index=True)
 
 
 def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -110,18 +148,21 @@ def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
     base_probe_scores: pd.DataFrame,
     score_shard_plan: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
     probe_score_shards_stored: dict[str, Any],
     edit_deltas_stored: DeltaStore,
     params: dict[str, Any],
     compute: dict[str, Any],
 ) -> Iterator[dict[str, pd.DataFrame]]:
-    """Each shard's probes under its edited model, here or on a Dask cluster; yields
-    each shard as it finishes. Shards stored by an earlier run are not scored again."""
+    """Each shard's kept probes under its edited model, here or on a Dask cluster;
+    yields each shard as it finishes. Shards stored by an earlier run are not scored
+    again."""
     by_id = probes.set_index("probe_id", drop=False)
     base = base_probe_scores.set_index("probe_id")
     shards = {}
     for key, rows, plan in pending_shards(score_shard_plan, probe_score_shards_stored):
-        shard_probes = by_id[by_id["case_id"].isin(rows["case_id"])]
+        kept = kept_probes(by_id, joint_dropped_probes, rows["method"].iloc[0])
+        shard_probes = kept[kept["case_id"].isin(rows["case_id"])]
         shards[key] = ScoreShard(
             shard=key,
             plan=plan,
@@ -140,17 +181,22 @@ def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         yield {key: scores}
 
 
-def collect_probe_scores(
+def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probe_score_shards: dict[str, Any],
     score_shard_plan: pd.DataFrame,
     probes: pd.DataFrame,
     base_probe_scores: pd.DataFrame,
     selected_edits: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
 ) -> pd.DataFrame:
-    """``probe_scores``: the planned shards, after the unedited floor on their cases."""
+    """``probe_scores``: the planned shards, after the unedited floor on their cases
+    (without the probes joint scoring dropped for any method, so that the floor is
+    measured on probes the methods are measured on)."""
     by_id = probes.set_index("probe_id", drop=False)
     base = base_probe_scores.set_index("probe_id")
-    scored = by_id.index[by_id["case_id"].isin(score_shard_plan["case_id"])]
+    planned = by_id["case_id"].isin(score_shard_plan["case_id"])
+    dropped = by_id["probe_id"].isin(joint_dropped_probes["probe_id"])
+    scored = by_id.index[planned & ~dropped]
     floor = base.loc[base.index.isin(scored)]
     model_name = selected_edits["model"].iloc[0]
     parts = [probe_score_rows(by_id, base, floor, model_name, UNEDITED)]
@@ -187,6 +233,7 @@ def build_report(
     metrics: pd.DataFrame,
     probe_scores: pd.DataFrame,
     failed_edits: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
     params: dict[str, Any],
 ) -> tuple[str, pd.DataFrame, Figure, Figure]:
     """The markdown report, its headline table (in the population
@@ -194,7 +241,13 @@ def build_report(
     population = params["headline_population"]
     headline = headline_table(metrics, population)
     per_edit = per_edit_consistency(probe_outcomes(probe_scores))
-    markdown = report_markdown(headline, failed_edits, "kebench evaluation", population)
+    markdown = report_markdown(
+        headline,
+        failed_edits,
+        drop_counts(joint_dropped_probes),
+        "kebench evaluation",
+        population,
+    )
     return (
         markdown,
         headline,
