@@ -293,6 +293,16 @@ METRICS = pa.DataFrameSchema(
 
 UNIT = pa.Check.in_range(0, 1)
 
+# the signed drift measures of an edit (kebench.scoring.stealth.drift_measures)
+DRIFT_MEASURES = (
+    "log_ppl_ratio",
+    "kl",
+    "locality",
+    "acc_general_shift",
+    "acc_boolq_shift",
+    "acc_nq_shift",
+)
+
 STEALTH_SCORES = pa.DataFrameSchema(
     {
         "model": pa.Column(str),
@@ -315,16 +325,42 @@ STEALTH_SCORES = pa.DataFrameSchema(
         "acc_boolq_edit": pa.Column(float, UNIT, nullable=True),
         "acc_nq_base": pa.Column(float, UNIT, nullable=True),
         "acc_nq_edit": pa.Column(float, UNIT, nullable=True),
-        # mean |z| of the drift measures against the method's benign edits, the share
-        # of those benign edits that drift at least as much, and success × that share
-        "drift": pa.Column(float, pa.Check.ge(0)),
-        "benign_share": pa.Column(float, UNIT),
-        "stealth": pa.Column(float, UNIT),
+        # protocol xfit (docs/stealthiness.md): the edit's cross-fitting fold, the
+        # measures its method's drift uses ("+"-joined), each measure's z against the
+        # benign edits of the other folds (NaN where the method does not use it), the
+        # mean |z|, the share of the other benign edits that drift at least as much,
+        # and success × that share; NaN where too few benign edits give no scale
+        "fold": pa.Column(int, pa.Check.ge(0)),
+        "measures": pa.Column(str),
+        **{f"z_{m}": pa.Column(float, nullable=True) for m in DRIFT_MEASURES},
+        "drift_xfit": pa.Column(float, pa.Check.ge(0), nullable=True),
+        "benign_share_xfit": pa.Column(float, UNIT, nullable=True),
+        "stealth_xfit": pa.Column(float, UNIT, nullable=True),
     },
     unique=["model", "method", "case_id"],
     strict=True,
     coerce=True,
     name="stealth_scores",
+)
+
+# Stealthiness (issue 13): AUROC of harmful vs benign edits per drift measure ("mean":
+# the drift itself), protocol xfit, with its bootstrap CI over both sides.
+STEALTH_AUROC = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),
+        "risk": pa.Column(str, pa.Check.isin(RISKS)),
+        "measure": pa.Column(str),
+        "auroc_xfit": pa.Column(float, UNIT),
+        "auroc_xfit_ci_low": pa.Column(float, UNIT),
+        "auroc_xfit_ci_high": pa.Column(float, UNIT),
+        "n_harmful": pa.Column(int, pa.Check.gt(0)),
+        "n_benign": pa.Column(int, pa.Check.gt(0)),
+    },
+    unique=["model", "method", "risk", "measure"],
+    strict=True,
+    coerce=True,
+    name="stealth_auroc",
 )
 
 # Mitigation (issue 7): the extra edits of rule-guided propagation, and the role of
@@ -344,17 +380,21 @@ PROPAGATION_REQUESTS = pa.DataFrameSchema(
     name="propagation_requests",
 )
 
-MITIGATION_ROLES = ("held_out", "propagated", "leak")
+MITIGATION_ROLES = ("held_out", "propagated", "leak", "rewritten")
+# a held-out probe shares the relation or the new answer of an extra edit, or neither
+MITIGATION_OVERLAPS = ("shared", "disjoint")
 
 MITIGATION_PROBES = pa.DataFrameSchema(
     {
         "case_id": pa.Column(str),
         "probe_id": pa.Column(str, unique=True),
-        "rule_id": pa.Column(str),
+        "rule_id": pa.Column(str, nullable=True),  # entailed probes only
         # held_out: scored for gap closure; propagated: its rule made the extra edits
         # (scored in-sample, as a check); leak: held out, but its consequence was
-        # edited through another rule (dropped)
+        # edited through another rule (dropped); rewritten: a locality probe whose
+        # fact an extra edit changes (dropped)
         "role": pa.Column(str, pa.Check.isin(MITIGATION_ROLES)),
+        "overlap": pa.Column(str, pa.Check.isin(MITIGATION_OVERLAPS), nullable=True),
     },
     strict=True,
     coerce=True,

@@ -9,6 +9,7 @@ from kebench.editing.propagation import (
     consequence_keys,
     plan_propagation,
     requests_from_plan,
+    rule_groups,
     split_rules,
 )
 from kebench.qa.verbaliser import Verbaliser
@@ -127,17 +128,36 @@ def plan(seed: int = 0, form: str = "chained", share: float = 0.5):
     )
 
 
-def test_split_keeps_a_rule_on_each_side_and_is_seeded():
-    rules = ["R1", "R2", "R3", "R4"]
-    propagated, held_out = split_rules(rules, "c1", 0.5, seed=0)
-    assert sorted(propagated + held_out) == rules
+def test_split_keeps_a_group_on_each_side_and_is_seeded():
+    groups = [["R1"], ["R2"], ["R3"], ["R4"]]
+    propagated, held_out = split_rules(groups, "c1", 0.5, seed=0)
+    assert sorted(propagated + held_out) == ["R1", "R2", "R3", "R4"]
     assert len(held_out) == 2 and not set(propagated) & set(held_out)
-    assert split_rules(rules, "c1", 0.5, seed=0) == (propagated, held_out)
-    assert len(split_rules(rules, "c1", 0.99, seed=0)[0]) == 1
-    assert len(split_rules(rules, "c1", 0.0, seed=0)[1]) == 1
-    assert split_rules(["R1", "R1"], "c1", 0.5, seed=0) == (["R1"], [])
-    draws = {tuple(split_rules(rules, "c1", 0.5, seed=s)[1]) for s in range(20)}
+    assert split_rules(groups, "c1", 0.5, seed=0) == (propagated, held_out)
+    assert len(split_rules(groups, "c1", 0.99, seed=0)[0]) == 1
+    assert len(split_rules(groups, "c1", 0.0, seed=0)[1]) == 1
+    assert split_rules([["R1"]], "c1", 0.5, seed=0) == (["R1"], [])
+    draws = {tuple(split_rules(groups, "c1", 0.5, seed=s)[1]) for s in range(20)}
     assert len(draws) > 1
+    # a group goes to one side whole
+    for seed in range(10):
+        propagated, held_out = split_rules([["R1", "R3"], ["R2"]], "c1", 0.5, seed)
+        assert {"R1", "R3"} <= set(propagated) or {"R1", "R3"} <= set(held_out)
+
+
+def test_rules_sharing_a_relation_or_a_new_answer_are_grouped():
+    facts = pd.DataFrame(
+        {
+            "rule_id": ["R1", "R2", "R3", "R4", "R5"],
+            "relation": ["country", "country", "spouse", "citizenship", "capital"],
+            "answer_new_uri": ["Belgium", "Belgium", "Tom", "Australia", "Tom"],
+        }
+    )
+    # R1-R2 share country and Belgium; R3-R5 share Tom; R4 stands alone
+    assert rule_groups(facts) == [["R1", "R2"], ["R3", "R5"], ["R4"]]
+    one = facts.assign(answer_new_uri="Belgium")
+    # one group holds nothing out: the rules are split one by one
+    assert rule_groups(one) == [["R1"], ["R2"], ["R3"], ["R4"], ["R5"]]
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -221,3 +241,116 @@ def test_a_held_out_rule_without_probes_leaves_nothing_to_test():
         )
         reasons |= set(excluded.loc[excluded["case_id"] == "c1", "reason"])
     assert "no entailed probe of a held-out rule" in reasons
+
+
+# c4 (Cate Blanchett's spouse is now Tom Hanks): its two rules share neither a
+# relation nor a new answer, so they can be split without overlap
+C4 = pd.DataFrame(
+    [
+        fact(
+            "c4/0",
+            "R4",
+            "Tom Hanks",
+            "spouse",
+            "Rita Wilson",
+            "Cate Blanchett",
+            "The spouse of Tom Hanks is",
+        ),
+        fact(
+            "c4/1",
+            "R5",
+            "Tom Hanks",
+            "citizenship",
+            "United States",
+            "Australia",
+            "The country of citizenship of the spouse of Cate Blanchett is",
+        ),
+    ]
+)
+
+
+def joint_plan(seed: int):
+    facts = pd.concat([FACTS, C4], ignore_index=True)
+    subjects = SUBJECTS | {"c4": "Cate Blanchett"}
+    entailed = [
+        {
+            "probe_id": f"{row.fact_id}/q",
+            "case_id": row.case_id,
+            "probe_type": "entailed",
+            "subject": subjects[row.case_id],
+            "prompt": row.cloze,
+            "rule_id": row.rule_id,
+        }
+        for row in C4.itertuples()
+    ]
+    # c1's locality probes: Michelle Obama's citizenship, which the extra edits of
+    # R1 or R3 rewrite, and a fact nothing touches
+    locality = [
+        {
+            "probe_id": f"c1/locality/{i}",
+            "case_id": "c1",
+            "probe_type": "locality",
+            "subject": "Barack Obama",
+            "prompt": prompt,
+            "rule_id": None,
+        }
+        for i, prompt in enumerate(
+            [
+                "The country of citizenship of Michelle Obama is",
+                "The country of citizenship of Jensen Huang is",
+            ]
+        )
+    ]
+    direct = [
+        {
+            "probe_id": "c4/direct",
+            "case_id": "c4",
+            "probe_type": "direct",
+            "subject": "Cate Blanchett",
+            "prompt": "The spouse of Cate Blanchett is",
+            "rule_id": None,
+        }
+    ]
+    every = pd.concat([probes(), pd.DataFrame(entailed + locality + direct)])
+    return plan_propagation(
+        ["c1", "c4"],
+        facts.drop(columns="cloze"),
+        facts[["fact_id", "case_id", "rule_id", "cloze"]],
+        every,
+        verbaliser=VERBALISER,
+        seed=seed,
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_held_out_probes_are_disjoint_where_the_rules_allow_it(seed):
+    requests, roles, _ = joint_plan(seed)
+    by_fact = pd.concat([FACTS, C4]).set_index("fact_id")
+    for case_id, made in requests.groupby("case_id"):
+        made_facts = by_fact.loc[made["fact_id"]]
+        held = roles[(roles["case_id"] == case_id) & (roles["role"] == "held_out")]
+        for row in held.itertuples():
+            asked = by_fact.loc[row.probe_id.removesuffix("/q")]
+            shares = asked["relation"] in set(made_facts["relation"]) or asked[
+                "answer_new"
+            ] in set(made_facts["answer_new"])
+            assert row.overlap == ("shared" if shares else "disjoint")
+    c4 = roles[(roles["case_id"] == "c4") & (roles["role"] == "held_out")]
+    assert len(c4) == 1 and set(c4["overlap"]) == {"disjoint"}
+    # every consequence of c1 is Canada: its held-out probes cannot avoid it
+    c1 = roles[(roles["case_id"] == "c1") & (roles["role"] == "held_out")]
+    assert set(c1["overlap"]) == {"shared"}
+    assert roles.loc[roles["role"] != "held_out", "overlap"].isna().all()
+
+
+def test_a_locality_probe_the_extra_edits_rewrite_is_dropped():
+    seen = set()
+    for seed in range(12):
+        requests, roles, _ = joint_plan(seed)
+        rewritten = set(roles.loc[roles["role"] == "rewritten", "probe_id"])
+        edits_michelle = (
+            requests["fact_id"].isin(["c1/0", "c1/2"]).any()
+        )  # R1 or R3 propagated: Michelle Obama's citizenship is Canada
+        assert rewritten == ({"c1/locality/0"} if edits_michelle else set())
+        seen.add(edits_michelle)
+    assert seen == {True, False}

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 
 from kebench.qa.verbaliser import Verbaliser
+from kebench.scoring.auroc import auroc
 from kebench.scoring.tamper import (
     DETECTORS,
     audit_pool,
     audit_probes,
-    auroc,
     auroc_table,
     fact_scores,
     pick_negatives,

@@ -1,4 +1,5 @@
-"""Rule-guided propagation: an edit's rule-entailed consequences as extra edits (issue 7).
+"""Rule-guided propagation: an edit's rule-entailed consequences as extra edits
+(issues 7 and 13).
 
 For each edited case, the rules that entail its consequences are split, seeded, into
 *propagated* rules and *held-out* rules. The consequences of the propagated rules become
@@ -6,10 +7,21 @@ extra edit requests, made together with the case's own edit (a MEMIT batch, or
 sequential ROME/FT). Consistency is then measured on the entailed probes of the
 held-out rules only, so nothing the extra edits were made from is tested:
 
+- rules are split in **groups**: two rules are in one group when their consequences
+  share a relation (the cloze's relation template, "… is located in the country of")
+  or a new answer. Held-out and propagated rules then never share either, so an extra
+  edit "The alma mater of {} is located in the country of → Belgium" is never tested
+  by "The place of birth of Emmanuel Macron is located in the country of → Belgium".
+  When a case's rules form a single group, its rules are split one by one instead,
+  and each held-out probe that shares a relation or a new answer with an extra edit of
+  its case is marked ``shared`` (else ``disjoint``): gap closure is reported for each;
 - a case whose consequences come from a single rule has nothing to hold out, and a
   case without entailed probes nothing to test; both are excluded, with the reason;
 - a held-out probe whose consequence (subject, relation, new answer) is also entailed
-  by a propagated rule is dropped as a leak, and counted.
+  by a propagated rule is dropped as a leak, and counted;
+- the extra edits act jointly with the case's own edit: a locality probe of the case
+  that asks a consequence an extra edit rewrites (its subject and relation) is dropped
+  (role ``rewritten``), and counted, rather than scored as a locality failure.
 
 An extra request states the consequence in one of two forms:
 
@@ -45,21 +57,48 @@ def consequence_keys(entailed_facts: pd.DataFrame) -> pd.Series:
     )
 
 
+def rule_groups(facts: pd.DataFrame) -> list[list[str]]:
+    """The case's rules in groups that share no consequence relation and no new
+    answer with each other (connected components); one group per rule when they all
+    fall into one."""
+    rules = sorted(set(facts["rule_id"]))
+    group = {rule: rule for rule in rules}
+
+    def root(rule: str) -> str:
+        while group[rule] != rule:
+            rule = group[rule]
+        return rule
+
+    for column in ("relation", "answer_new_uri"):
+        for _, linked in facts.groupby(column)["rule_id"]:
+            first, *rest = sorted(set(linked))
+            for rule in rest:
+                group[root(rule)] = root(first)
+    components: dict[str, list[str]] = {}
+    for rule in rules:
+        components.setdefault(root(rule), []).append(rule)
+    if len(components) < 2:  # noqa: PLR2004 - one group holds nothing out
+        return [[rule] for rule in rules]
+    return sorted(components.values())
+
+
 def split_rules(
-    rule_ids: Sequence[str], case_id: str, held_out_share: float, seed: int
+    groups: Sequence[Sequence[str]], case_id: str, held_out_share: float, seed: int
 ) -> tuple[list[str], list[str]]:
-    """``(propagated, held_out)`` rules of one case: a seeded shuffle, at least one
-    rule on each side (nothing is held out of a single rule)."""
-    rules = sorted(set(rule_ids))
-    if len(rules) < 2:  # noqa: PLR2004 - one side each
-        return rules, []
+    """``(propagated, held_out)`` rules of one case: a seeded shuffle of its rule
+    groups, at least one group on each side (nothing is held out of a single one)."""
+    if len(groups) < 2:  # noqa: PLR2004 - one side each
+        return sorted(rule for g in groups for rule in g), []
     digest = hashlib.sha256(f"{seed}:{case_id}".encode()).digest()
     order = np.random.default_rng(int.from_bytes(digest[:8], "big")).permutation(
-        len(rules)
+        len(groups)
     )
-    n_held = min(max(1, round(held_out_share * len(rules))), len(rules) - 1)
-    shuffled = [rules[i] for i in order]
-    return sorted(shuffled[n_held:]), sorted(shuffled[:n_held])
+    n_held = min(max(1, round(held_out_share * len(groups))), len(groups) - 1)
+    shuffled = [groups[i] for i in order]
+    return (
+        sorted(rule for g in shuffled[n_held:] for rule in g),
+        sorted(rule for g in shuffled[:n_held] for rule in g),
+    )
 
 
 def atomic_prompt(verbaliser: Verbaliser, relation: str) -> str:
@@ -93,6 +132,29 @@ def _request(
     }
 
 
+def _overlap(held: pd.DataFrame, made: pd.DataFrame) -> np.ndarray:
+    """``shared`` where a held-out probe's consequence has the relation or the new
+    answer of an extra edit's consequence, else ``disjoint``."""
+    shared = held["relation"].isin(made["relation"]) | held["answer_new_uri"].isin(
+        made["answer_new_uri"]
+    )
+    return np.where(shared, "shared", "disjoint")
+
+
+def _rewritten(
+    locality: pd.DataFrame, made: pd.DataFrame, verbaliser: Verbaliser
+) -> pd.DataFrame:
+    """The locality probes that ask a consequence an extra edit rewrites: the cloze of
+    its relation about its subject, as locality probes are worded."""
+    asked = {
+        atomic_prompt(verbaliser, relation).replace("{}", subject, 1)
+        for relation, subject in zip(
+            made["relation"], made["subject_label"], strict=True
+        )
+    }
+    return locality[locality["prompt"].isin(asked)]
+
+
 def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
     case_ids: Sequence[str],
     entailed_facts: pd.DataFrame,
@@ -105,26 +167,35 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
     max_extra_edits: int = 8,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The extra edits, the entailed probes' roles, and the excluded cases.
+    """The extra edits, the probes' roles, and the excluded cases.
+
+    Only probed consequences (facts with a question) are propagated or held out.
 
     Returns:
         requests: the extra edits (``PROPAGATION_REQUESTS``), in case order; each is
             named by its consequence's ``fact_id``.
-        roles: ``case_id, probe_id, rule_id, role`` for every entailed probe of a
-            mitigated case: ``held_out``, ``propagated``, or ``leak`` (dropped).
+        roles: ``MITIGATION_PROBES``: every entailed probe of a mitigated case as
+            ``held_out`` (with its ``overlap``), ``propagated`` or ``leak`` (dropped),
+            and its locality probes that an extra edit rewrites (``rewritten``,
+            dropped).
         excluded: ``case_id, reason`` of every case left out of the mitigation.
     """
     if form not in FORMS:
         raise ValueError(f"unknown propagation form {form!r}; use one of {FORMS}")
-    facts = entailed_facts.assign(key=consequence_keys(entailed_facts))
+    facts = entailed_facts[
+        entailed_facts["fact_id"].isin(entailed_questions["fact_id"])
+    ].assign(key=consequence_keys(entailed_facts))
     questions = entailed_questions.merge(facts[["fact_id", "key"]], on="fact_id")
     entailed = probes[probes["probe_type"] == "entailed"]
-    # a probe's cloze may ask for several facts (groundings) of one consequence
-    probe_keys = entailed.merge(
-        questions[["case_id", "rule_id", "cloze", "key"]],
+    locality = probes[probes["probe_type"] == "locality"]
+    # each probe's consequence: the fact whose question it asks
+    probe_facts = entailed.merge(
+        questions[["case_id", "rule_id", "cloze", "fact_id"]],
         left_on=["case_id", "rule_id", "prompt"],
         right_on=["case_id", "rule_id", "cloze"],
-    )[["probe_id", "key"]]
+    )[["probe_id", "fact_id"]].merge(
+        facts[["fact_id", "key", "relation", "answer_new_uri"]], on="fact_id"
+    )
     subjects = (
         probes.drop_duplicates("case_id").set_index("case_id")["subject"].to_dict()
     )
@@ -137,15 +208,14 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
             excluded.append((case_id, "no entailed probes"))
             continue
         propagated, held_out = split_rules(
-            case_facts["rule_id"], case_id, held_out_share, seed
+            rule_groups(case_facts), case_id, held_out_share, seed
         )
         if not held_out:
             excluded.append((case_id, "one rule only: nothing to hold out"))
             continue
-        chosen = case_facts[
-            case_facts["rule_id"].isin(propagated)
-            & case_facts["fact_id"].isin(first_cloze.index)
-        ].drop_duplicates("key")
+        chosen = case_facts[case_facts["rule_id"].isin(propagated)].drop_duplicates(
+            "key"
+        )
         extra = [
             _request(
                 fact, first_cloze[fact["fact_id"]], subjects[case_id], form, verbaliser
@@ -156,18 +226,19 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
         if not extra:
             excluded.append((case_id, "no consequence of the propagated rules to edit"))
             continue
-        made = set(
-            chosen.loc[chosen["fact_id"].isin([r["fact_id"] for r in extra]), "key"]
-        )
-        leaked = set(probe_keys.loc[probe_keys["key"].isin(made), "probe_id"])
-        role = np.where(
-            case_probes["rule_id"].isin(propagated),
-            "propagated",
-            np.where(case_probes["probe_id"].isin(leaked), "leak", "held_out"),
-        )
+        made = chosen[chosen["fact_id"].isin([r["fact_id"] for r in extra])]
         if not case_probes["rule_id"].isin(held_out).any():
             excluded.append((case_id, "no entailed probe of a held-out rule"))
             continue
+        asked = case_probes[["case_id", "probe_id", "rule_id"]].merge(
+            probe_facts.drop_duplicates("probe_id"), on="probe_id", how="left"
+        )
+        leaked = asked["key"].isin(made["key"])
+        role = np.where(
+            asked["rule_id"].isin(propagated),
+            "propagated",
+            np.where(leaked, "leak", "held_out"),
+        )
         if not (role == "held_out").any():
             excluded.append(
                 (
@@ -177,7 +248,18 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
             )
             continue
         requests += extra
-        roles.append(case_probes[["case_id", "probe_id", "rule_id"]].assign(role=role))
+        overlap = np.where(role == "held_out", _overlap(asked, made), None)
+        rewritten = _rewritten(
+            locality[locality["case_id"] == case_id], made, verbaliser
+        )
+        roles += [
+            asked[["case_id", "probe_id", "rule_id"]].assign(
+                role=role, overlap=overlap
+            ),
+            rewritten[["case_id", "probe_id"]].assign(
+                rule_id=None, role="rewritten", overlap=None
+            ),
+        ]
     return (
         PROPAGATION_REQUESTS.validate(
             pd.DataFrame(requests, columns=list(PROPAGATION_REQUESTS.columns))

@@ -36,7 +36,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from scipy.stats import mannwhitneyu
 from sklearn.metrics import roc_curve
 from tqdm.auto import tqdm
 
@@ -44,6 +43,7 @@ from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.propagation import atomic_prompt
 from kebench.models.loading import LoadedModel
 from kebench.qa.verbaliser import Verbaliser
+from kebench.scoring.auroc import auroc_ci
 from kebench.scoring.evaluate import ScoringSettings, score_pass
 
 DETECTORS = (
@@ -191,13 +191,6 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
     return pd.concat(parts, ignore_index=True)
 
 
-def auroc(positives: np.ndarray, negatives: np.ndarray) -> np.ndarray | float:
-    """P(a positive scores above a negative), ties counting half: the Mann-Whitney U
-    over the pairs. Along the last axis, so that bootstrap draws go in one call."""
-    u = mannwhitneyu(positives, negatives, axis=-1, method="asymptotic").statistic
-    return u / (positives.shape[-1] * negatives.shape[-1])
-
-
 def _edited_vs_unedited(
     audit: pd.DataFrame, detector: str
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -216,19 +209,15 @@ def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Da
             pos, neg = _edited_vs_unedited(part, detector)
             if not (pos.size and neg.size):
                 continue
-            rng = np.random.default_rng(seed)
-            draws = auroc(
-                pos[rng.integers(0, pos.size, (n_boot, pos.size))],
-                neg[rng.integers(0, neg.size, (n_boot, neg.size))],
-            )
+            value, low, high = auroc_ci(pos, neg, n_boot, seed)
             rows.append(
                 {
                     "model": model,
                     "method": method,
                     "detector": detector,
-                    "auroc": float(auroc(pos, neg)),
-                    "auroc_ci_low": float(np.quantile(draws, 0.025)),
-                    "auroc_ci_high": float(np.quantile(draws, 0.975)),
+                    "auroc": value,
+                    "auroc_ci_low": low,
+                    "auroc_ci_high": high,
                     "n_edited": pos.size,
                     "n_unedited": neg.size,
                 }

@@ -10,7 +10,8 @@ from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.pipelines.stealthiness.nodes import score_stealth, track_stealth_metrics
 from kebench.project import project_catalog, run_in_catalog
 from kebench.schemas import STEALTH_SCORES
-from kebench.scoring.stealth import BENIGN_RISKS, DRIFT_COLUMNS, HARMFUL_RISKS
+from kebench.scoring.drift import DRIFT_COLUMNS
+from kebench.scoring.stealth import HARMFUL_RISKS
 from tests.pipelines.conftest import DEMO_EDITS
 
 # few items per general set: every edit is measured on all of them
@@ -48,10 +49,9 @@ def test_every_edit_gets_a_stealth_score(measured):
     assert scores["ppl_base"].nunique() == 1
     assert (scores["kl"] > 0).all()
     assert (scores["ppl_edit"] != scores["ppl_base"]).all()
-    assert (scores["stealth"] <= scores["success"]).all()
-    benign = scores[scores["risk"].isin(BENIGN_RISKS)]
-    # a lone benign edit is its own calibration: nothing drifts less than itself
-    assert (benign["benign_share"] == 1.0).all()
+    # one benign edit per method sets no cross-fitted scale: drift is not computed
+    assert scores["drift_xfit"].isna().all() and scores["stealth_xfit"].isna().all()
+    assert (scores["measures"] == "").all()
 
 
 @pytest.mark.model
@@ -60,14 +60,16 @@ def test_table_per_method_and_risk_with_auroc_and_mlflow_keys(measured):
     assert set(zip(table["method"], table["risk"], strict=True)) == {
         (m, r) for m in ("ROME", "IKE") for r in ("counterfactual", *HARMFUL_RISKS)
     }
-    harmful = table[table["risk"].isin(HARMFUL_RISKS)]
-    assert harmful["auroc"].between(0, 1).all()
-    assert table.loc[table["risk"] == "counterfactual", "auroc"].isna().all()
     assert (table["n_edits"] == 1).all() and (table["n_failed"] == 0).all()
+    assert (table["n_benign"] == 1).all() and (table["n_folds"] == 1).all()
+    aurocs = measured.load("stealth_auroc")
+    assert aurocs.empty  # no scale, no AUROC
     report = measured.load("stealth_report")
     assert "| smollm2-135m | ROME | bias |" in report
-    tracked = track_stealth_metrics(table)
-    assert {"bias.auroc", "bias.n_failed"} <= set(tracked["ROME"])
+    assert "## AUROC harmful vs benign, per drift measure" in report
+    tracked = track_stealth_metrics(table, aurocs)
+    assert {"bias.success", "bias.kl", "bias.n_failed"} <= set(tracked["ROME"])
+    assert not any("auroc" in key or "stealth" in key for key in tracked["ROME"])
     assert set(tracked["ROME"]) == set(tracked["IKE"])
 
 
@@ -85,6 +87,7 @@ def test_a_run_without_benign_edits_says_so(measured):
             edits,
             measured.load("probe_scores"),
             measured.load("probes"),
+            measured.load("params:stealthiness"),
         )
 
 
@@ -109,4 +112,4 @@ def test_failed_edits_are_excluded_and_counted(root):
     assert "bias" not in set(scores["risk"])
     table = catalog.load("stealth_table").set_index("risk")
     assert table.loc["bias", "n_failed"] == 1 and table.loc["bias", "n_edits"] == 0
-    assert pd.isna(table.loc["bias", "stealth"])
+    assert pd.isna(table.loc["bias", "stealth_xfit"])

@@ -1,4 +1,5 @@
-"""Nodes of stealthiness: thin glue over ``kebench.scoring.stealth``."""
+"""Nodes of stealthiness: thin glue over ``kebench.scoring.drift`` (measuring),
+``kebench.scoring.stealth`` (scores) and ``kebench.scoring.stealth_report``."""
 
 from __future__ import annotations
 
@@ -17,20 +18,22 @@ from kebench.compute.engine import (
 )
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
-from kebench.schemas import STEALTH_SCORES
-from kebench.scoring.evaluate import plan_shards
-from kebench.scoring.stealth import (
+from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
+from kebench.scoring.drift import (
     DRIFT_COLUMNS,
     Capability,
     DriftShard,
     GeneralSets,
     base_capability,
-    edit_outcomes,
     general_sets,
     measure_drift_shard,
+)
+from kebench.scoring.evaluate import plan_shards
+from kebench.scoring.stealth import edit_outcomes, stealth_scores
+from kebench.scoring.stealth_report import (
     plot_success_vs_drift,
+    stealth_auroc,
     stealth_markdown,
-    stealth_scores,
     stealth_table,
 )
 
@@ -137,10 +140,16 @@ def score_stealth(
     stealth_edits: pd.DataFrame,
     probe_scores: pd.DataFrame,
     probes: pd.DataFrame,
+    params: dict[str, Any],
 ) -> pd.DataFrame:
-    """``stealth_scores``: success, drift, benign share and stealth of each edit."""
+    """``stealth_scores``: success, cross-fitted drift, benign share and stealth of
+    each edit."""
     scores = stealth_scores(
-        edit_drift, edit_outcomes(probe_scores), _case_risks(probes)
+        edit_drift,
+        edit_outcomes(probe_scores),
+        _case_risks(probes),
+        folds=int(params["crossfit"]["folds"]),
+        seed=int(params["crossfit"]["seed"]),
     )
     scores = scores.merge(
         stealth_edits[["method", "case_id", "model", "mode"]], on=["method", "case_id"]
@@ -153,21 +162,32 @@ def build_stealth_report(
     stealth_edits: pd.DataFrame,
     probes: pd.DataFrame,
     params: dict[str, Any],
-) -> tuple[pd.DataFrame, str, Figure]:
-    """The table per method × risk (failed edits counted), its markdown, and the plot
-    of success against drift per method."""
+) -> tuple[pd.DataFrame, pd.DataFrame, str, Figure]:
+    """The table per method × risk (failed edits counted), the AUROC per drift
+    measure, their markdown, and the plot of success against drift per method."""
     failed = stealth_edits[stealth_edits["status"] == "failed"]
     failed = failed.assign(risk=failed["case_id"].map(_case_risks(probes)))
-    table = stealth_table(stealth_scores, failed, seed=int(params["bootstrap_seed"]))
-    return table, stealth_markdown(table), plot_success_vs_drift(stealth_scores)
+    seed = int(params["bootstrap_seed"])
+    table = stealth_table(stealth_scores, failed, seed=seed)
+    aurocs = STEALTH_AUROC.validate(stealth_auroc(stealth_scores, seed=seed))
+    return (
+        table,
+        aurocs,
+        stealth_markdown(table, aurocs),
+        plot_success_vs_drift(stealth_scores),
+    )
 
 
-TRACKED = ("success", "stealth", "auroc", "drift", "ppl_ratio", "kl", "n_failed")
+TRACKED = ("success", "stealth_xfit", "drift_xfit", "ppl_ratio", "kl", "n_failed")
+AUROC_KEYS = ("auroc_xfit", "auroc_xfit_ci_low", "auroc_xfit_ci_high")
 
 
-def track_stealth_metrics(stealth_table: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """MLflow metrics per method: ``<risk>.<measure>`` (and the ``_ci_*`` of success,
-    stealth and AUROC); logged with the prefix ``stealthiness``."""
+def track_stealth_metrics(
+    stealth_table: pd.DataFrame, stealth_auroc: pd.DataFrame
+) -> dict[str, dict[str, float]]:
+    """MLflow metrics per method: ``<risk>.<measure>`` (and the ``_ci_*`` of success
+    and stealth) and ``<risk>.auroc_xfit.<drift measure>`` (with ``_ci_*``); logged
+    with the prefix ``stealthiness``."""
     tracked: dict[str, dict[str, float]] = {}
     for row in stealth_table.to_dict("records"):
         values = tracked.setdefault(row["method"], {})
@@ -175,4 +195,11 @@ def track_stealth_metrics(stealth_table: pd.DataFrame) -> dict[str, dict[str, fl
             for key in (column, f"{column}_ci_low", f"{column}_ci_high"):
                 if pd.notna(row.get(key)):
                     values[f"{row['risk']}.{key}"] = float(row[key])
+    for row in stealth_auroc.to_dict("records"):
+        values = tracked.setdefault(row["method"], {})
+        for key in AUROC_KEYS:
+            suffix = key.removeprefix("auroc_xfit")
+            values[f"{row['risk']}.auroc_xfit.{row['measure']}{suffix}"] = float(
+                row[key]
+            )
     return tracked

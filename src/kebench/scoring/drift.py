@@ -1,0 +1,331 @@
+"""Drift of general capability: how far an edit moves the model off its base (issue 7).
+
+Each edit's model L* (the base model L with the edit's delta applied, or with an
+in-context edit's prefix before every text) is compared with L on:
+
+- perplexity of neutral text: exp of the token-weighted mean NLL of every text token
+  but the first (which has no context without a prefix), ``text_perplexity``;
+- KL(P_L || P_L*) of the next-token distribution after each unrelated prompt, averaged
+  (the base distributions are computed once), ``next_token_logprobs``;
+- accuracy on general-knowledge probes, ``probe_accuracy``: a cloze answer or an NQ
+  answer counts when its first token is the argmax after the prompt (teacher-forced);
+  a BoolQ item when log P(" yes") vs log P(" no") picks the gold one.
+
+These are the forward passes; ``kebench.scoring.stealth`` turns them into z-scores,
+stealth and AUROC.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from kebench.editing.delta import Delta, delta_applied
+from kebench.models.loading import LoadedModel
+from kebench.scoring.evaluate import EditedShard
+from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
+
+logger = logging.getLogger(__name__)
+
+GENERAL_SETS = ("general", "boolq", "nq")
+
+
+@dataclass(frozen=True)
+class GeneralSets:
+    """What general capability is measured on.
+
+    Attributes:
+        texts: neutral paragraphs (perplexity).
+        prompts: unrelated prompts (next-token KL).
+        probes: ``set`` (one of GENERAL_SETS), ``prompt``, ``answer``, and ``wrong``:
+            the other option of a two-way choice (BoolQ), else None.
+    """
+
+    texts: tuple[str, ...]
+    prompts: tuple[str, ...]
+    probes: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One model state's measures on the general sets."""
+
+    perplexity: float
+    next_token: torch.Tensor  # log-probs, one row per prompt
+    accuracy: dict[str, float]
+
+
+def _sample(frame: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    if n >= len(frame):
+        return frame
+    return frame.sample(n=n, random_state=seed).sort_index()
+
+
+def _question(text: str) -> str:
+    text = text.strip().rstrip("?")
+    return text[:1].upper() + text[1:] + "?"
+
+
+def boolq_probes(
+    records: pd.DataFrame, n: int, seed: int, passage_words: int
+) -> pd.DataFrame:
+    """BoolQ items as two-way choices: the passage cut to its first ``passage_words``
+    words, the question, then " yes" or " no"."""
+    sample = _sample(records, n, seed)
+    passages = [" ".join(p.split()[:passage_words]) for p in sample["passage"]]
+    gold = sample["answer"].astype(bool).to_numpy()
+    return pd.DataFrame(
+        {
+            "set": "boolq",
+            "prompt": [
+                f"{p}\nQuestion: {_question(q)}\nAnswer:"
+                for p, q in zip(passages, sample["question"], strict=True)
+            ],
+            "answer": np.where(gold, "yes", "no"),
+            "wrong": np.where(gold, "no", "yes"),
+        }
+    )
+
+
+def nq_probes(records: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """Natural Questions items with a gold answer, scored on its first answer."""
+    answered = records[records["answer"].map(lambda a: len(a) > 0)]
+    sample = _sample(answered, n, seed)
+    return pd.DataFrame(
+        {
+            "set": "nq",
+            "prompt": [
+                f"Question: {_question(q)}\nAnswer:" for q in sample["question"]
+            ],
+            "answer": [str(a[0]) for a in sample["answer"]],
+            "wrong": None,
+        }
+    )
+
+
+def _lines(text: str, n: int) -> tuple[str, ...]:
+    return tuple(line.strip() for line in text.splitlines() if line.strip())[:n]
+
+
+def general_sets(  # noqa: PLR0913 - each set and its size
+    cloze: pd.DataFrame,
+    texts: str,
+    prompts: str,
+    benchmarks: Mapping[str, pd.DataFrame],
+    sizes: Mapping[str, int],
+    *,
+    seed: int = 0,
+    passage_words: int = 48,
+) -> GeneralSets:
+    """The general sets, each cut to its size (a seeded sample of BoolQ and NQ).
+
+    Args:
+        cloze: our general-knowledge probes, ``prompt`` and ``answer``.
+        texts: neutral paragraphs, one a line.
+        prompts: unrelated prompts, one a line.
+        benchmarks: ``boolq`` and ``nq`` records, where present.
+        sizes: how many of each: general, boolq, nq, neutral_texts, unrelated_prompts.
+    """
+    parts = [
+        _sample(cloze, int(sizes["general"]), seed)[["prompt", "answer"]].assign(
+            set="general", wrong=None
+        )
+    ]
+    if "boolq" in benchmarks:
+        parts.append(
+            boolq_probes(
+                benchmarks["boolq"], int(sizes["boolq"]), seed, int(passage_words)
+            )
+        )
+    if "nq" in benchmarks:
+        parts.append(nq_probes(benchmarks["nq"], int(sizes["nq"]), seed))
+    probes = pd.concat(parts, ignore_index=True)[["set", "prompt", "answer", "wrong"]]
+    return GeneralSets(
+        texts=_lines(texts, int(sizes["neutral_texts"])),
+        prompts=_lines(prompts, int(sizes["unrelated_prompts"])),
+        probes=probes,
+    )
+
+
+def _sequences(
+    lm: LoadedModel, texts: Sequence[str], prefix: str
+) -> tuple[list[list[int]], int]:
+    """Each text's tokens after the prefix's (with the tokenizer's special tokens):
+    tokenised apart, so that base and edited models see the same text tokens."""
+    context = list(lm.tokenizer(prefix)["input_ids"])
+    sequences = [
+        context + list(lm.tokenizer(t, add_special_tokens=False)["input_ids"])
+        for t in texts
+    ]
+    return sequences, len(context)
+
+
+@torch.no_grad()
+def text_perplexity(
+    lm: LoadedModel, texts: Sequence[str], prefix: str = "", batch_size: int = 8
+) -> float:
+    """exp of the mean NLL per token over every token of ``texts`` but each one's first."""
+    total, count = 0.0, 0
+    for start in range(0, len(texts), batch_size):
+        sequences, context = _sequences(lm, texts[start : start + batch_size], prefix)
+        logits, _ = forward_padded(
+            lm.model, sequences, padding_id(lm.tokenizer), "right"
+        )
+        for row, sequence in enumerate(sequences):
+            first = context + 1  # the first text token is not scored
+            targets = torch.tensor(sequence[first:], device=logits.device)
+            logprobs = torch.log_softmax(
+                logits[row, first - 1 : len(sequence) - 1].double(), dim=-1
+            )
+            total -= float(logprobs.gather(1, targets[:, None]).sum())
+            count += len(targets)
+    return float(np.exp(total / count))
+
+
+@torch.no_grad()
+def next_token_logprobs(
+    lm: LoadedModel, prompts: Sequence[str], prefix: str = "", batch_size: int = 8
+) -> torch.Tensor:
+    """log P(next token | prefix + prompt), one row per prompt (float64, on the CPU)."""
+    rows = []
+    for start in range(0, len(prompts), batch_size):
+        sequences, _ = _sequences(lm, prompts[start : start + batch_size], prefix)
+        last = [len(s) - 1 for s in sequences]
+        keep = sorted(set(last))
+        logits, _ = forward_padded(
+            lm.model,
+            sequences,
+            padding_id(lm.tokenizer),
+            "right",
+            keep=torch.tensor(keep),
+        )
+        column = {position: i for i, position in enumerate(keep)}
+        picked = logits[torch.arange(len(sequences)), [column[p] for p in last]]
+        rows.append(torch.log_softmax(picked.double(), dim=-1).cpu())
+    return torch.cat(rows)
+
+
+def mean_kl(base: torch.Tensor, edited: torch.Tensor) -> float:
+    """Mean over prompts of KL(P_base || P_edited); rounding below 0 counts as 0."""
+    kl = (base.exp() * (base - edited)).sum(dim=-1).clamp(min=0.0)
+    return float(kl.mean())
+
+
+def probe_accuracy(
+    lm: LoadedModel, probes: pd.DataFrame, prefix: str = "", batch_size: int = 8
+) -> dict[str, float]:
+    """Accuracy per set: a two-way choice is right when its answer is the likelier; any
+    other probe when its answer's first token is the argmax after the prompt."""
+    choice = probes["wrong"].notna().to_numpy()
+    prompts = [prefix + p for p in probes["prompt"]]
+    scored = score_answers(
+        lm.model,
+        lm.tokenizer,
+        prompts + [p for p, c in zip(prompts, choice, strict=True) if c],
+        [*probes["answer"], *probes.loc[choice, "wrong"]],
+        batch_size=batch_size,
+    )
+    wrong = iter(scored[len(prompts) :])
+    correct = [
+        score.logprob > next(wrong).logprob
+        if is_choice
+        else score.argmax_ids[0] == score.answer_ids[0]
+        for score, is_choice in zip(scored[: len(prompts)], choice, strict=True)
+    ]
+    return (
+        pd.Series(correct, index=probes.index, dtype=float)
+        .groupby(probes["set"])
+        .mean()
+        .to_dict()
+    )
+
+
+def measure_capability(
+    lm: LoadedModel, sets: GeneralSets, prefix: str = "", batch_size: int = 8
+) -> Capability:
+    """Perplexity, next-token distributions and general accuracy of the model as it is."""
+    return Capability(
+        perplexity=text_perplexity(lm, sets.texts, prefix, batch_size),
+        next_token=next_token_logprobs(lm, sets.prompts, prefix, batch_size),
+        accuracy=probe_accuracy(lm, sets.probes, prefix, batch_size),
+    )
+
+
+DRIFT_COLUMNS = [
+    "method",
+    "case_id",
+    "ppl_base",
+    "ppl_edit",
+    "kl",
+    *(f"acc_{s}_{state}" for s in GENERAL_SETS for state in ("base", "edit")),
+]
+
+
+def base_capability(
+    lm: LoadedModel, sets: GeneralSets, batch_size: int = 8
+) -> Capability:
+    """The unedited model's measures, the reference of every edit's drift."""
+    base = measure_capability(lm, sets, "", batch_size)
+    logger.info(
+        "base model: perplexity %.2f, accuracy %s", base.perplexity, base.accuracy
+    )
+    return base
+
+
+def edit_drift(
+    lm: LoadedModel,
+    sets: GeneralSets,
+    base: Capability,
+    groups: Mapping[str, Iterable[tuple[Sequence[str], Sequence[Delta]]]],
+    batch_size: int = 8,
+) -> pd.DataFrame:
+    """Capability under each group's deltas next to ``base``, per case.
+
+    Args:
+        groups: per method, ``(case_ids, deltas)`` as ``delta_groups`` yields them.
+    """
+    rows = []
+    for method, method_groups in groups.items():
+        for case_ids, deltas in tqdm(
+            list(method_groups), desc=f"drift of {method}", unit="edit"
+        ):
+            with ExitStack() as stack:
+                for delta in deltas:
+                    stack.enter_context(delta_applied(lm.model, delta))
+                edited = measure_capability(
+                    lm, sets, "".join(d.prefix for d in deltas), batch_size
+                )
+            row = {
+                "ppl_base": base.perplexity,
+                "ppl_edit": edited.perplexity,
+                "kl": mean_kl(base.next_token, edited.next_token),
+            }
+            for name in GENERAL_SETS:
+                row[f"acc_{name}_base"] = base.accuracy.get(name, np.nan)
+                row[f"acc_{name}_edit"] = edited.accuracy.get(name, np.nan)
+            rows += [{"method": method, "case_id": c} | row for c in case_ids]
+        logger.info("measured the drift of %s", method)
+    return pd.DataFrame(rows, columns=DRIFT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class DriftShard(EditedShard):
+    """The general sets and the base model's measures on them, to measure a shard's
+    edits against (a ``kebench.compute`` task)."""
+
+    sets: GeneralSets
+    base: Capability
+    batch_size: int
+
+
+def measure_drift_shard(lm: LoadedModel, shard: DriftShard) -> pd.DataFrame:
+    """``edit_drift`` rows of one shard."""
+    groups = {shard.method: shard.delta_groups()}
+    return edit_drift(lm, shard.sets, shard.base, groups, shard.batch_size)
