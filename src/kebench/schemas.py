@@ -382,7 +382,7 @@ PROPAGATION_REQUESTS = pa.DataFrameSchema(
 
 MITIGATION_ROLES = ("held_out", "propagated", "leak", "rewritten")
 # a held-out probe shares the relation or the new answer of an extra edit, or neither
-MITIGATION_OVERLAPS = ("shared", "disjoint")
+MITIGATION_OVERLAPS = ("disjoint", "shared")
 
 MITIGATION_PROBES = pa.DataFrameSchema(
     {

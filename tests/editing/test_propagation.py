@@ -7,11 +7,13 @@ import pytest
 
 from kebench.editing.propagation import (
     consequence_keys,
+    joint_requests,
     plan_propagation,
     requests_from_plan,
     rule_groups,
     split_rules,
 )
+from kebench.editing.requests import EditRequest
 from kebench.qa.verbaliser import Verbaliser
 
 R = "http://dbpedia.org/resource/"
@@ -354,3 +356,15 @@ def test_a_locality_probe_the_extra_edits_rewrite_is_dropped():
         assert rewritten == ({"c1/locality/0"} if edits_michelle else set())
         seen.add(edits_michelle)
     assert seen == {True, False}
+
+
+def test_each_case_is_edited_with_its_own_edit_first():
+    requests, _, _ = plan(seed=0)
+    direct = {
+        case: EditRequest(case, "{} is a citizen of", subject, "x", "y")
+        for case, subject in SUBJECTS.items()
+    }
+    (joint,) = joint_requests(direct, requests, {"c1"})
+    assert joint[0] is direct["c1"]
+    assert [r.case_id for r in joint[1:]] == list(requests["fact_id"])
+    assert joint_requests(direct, requests, {"c2"}) == []

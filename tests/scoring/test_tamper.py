@@ -14,6 +14,7 @@ from kebench.scoring.tamper import (
     audit_probes,
     auroc_table,
     fact_scores,
+    facts_in_prefix,
     pick_negatives,
     plot_roc,
 )
@@ -67,6 +68,35 @@ def test_facts_are_audited_in_the_world_they_assert():
     assert facts.loc["c0", "confidence"] == pytest.approx(-0.5)
     assert facts.loc["c0", "confidence_shift"] == pytest.approx(5.0)  # -1 - (-6)
     assert facts.loc["c1", "confidence_shift"] == pytest.approx(0.0)
+    # the direct margins the rule detectors read the sign of: new - old
+    assert facts.loc["c0", "margin"] == pytest.approx(3.0)  # -1 - (-4)
+    assert facts.loc["c0", "margin_shift"] == pytest.approx(7.0)  # 3 - (-6 - (-2))
+    assert facts.loc["c1", "margin"] == pytest.approx(-4.0)  # -5 - (-1)
+    assert facts.loc["c1", "margin_shift"] == pytest.approx(-1.0)  # -4 - (-4 - (-1))
+
+
+def test_facts_shown_in_the_prefix_are_never_negatives():
+    probes = pd.DataFrame(
+        {
+            "case_id": ["c0", "c1", "c2", "c2"],
+            "kind": ["direct", "direct", "direct", "atomic"],
+            "prompt": [
+                "Barack Obama is a citizen of",
+                "Tim Cook works for",
+                "The Eiffel Tower is in",
+                "Tim Cook works for",  # not a direct prompt: says nothing of c1
+            ],
+        }
+    )
+    prefix = (
+        "New Fact: Tim Cook works for Microsoft\nPrompt: Tim Cook works for "
+        "Microsoft\n\nNew Fact: Barack Obama is a citizen of Canada\nPrompt: "
+    )
+    assert facts_in_prefix(probes, prefix) == {"c0", "c1"}
+    assert facts_in_prefix(probes, "") == set()
+    pool = [f"c{i}" for i in range(6)]
+    drawn = pick_negatives(pool, "c0", 10, seed=0, seen={"c0", "c1"})
+    assert sorted(drawn) == ["c2", "c3", "c4", "c5"]
 
 
 def test_atomic_probes_ask_each_consequence_about_its_own_subject():
@@ -115,12 +145,19 @@ def test_auroc_table_per_detector_and_roc_plot():
             "rule_violation_chained": np.r_[rng.normal(0, 1, 5), rng.normal(0, 1, 20)],
             "confidence": np.r_[np.full(5, 9.0), np.zeros(20)],
             "confidence_shift": np.nan,
+            "margin": np.r_[np.full(5, 2.0), np.full(20, 2.0)],
+            "margin_shift": np.nan,
+            "n_seen_excluded": np.r_[np.ones(5, dtype=int), np.zeros(20, dtype=int)],
         }
     )
     table = auroc_table(audit).set_index("detector")
-    assert set(table.index) == set(DETECTORS) - {"confidence_shift"}
+    assert set(table.index) == set(DETECTORS) - {"confidence_shift", "margin_shift"}
+    assert table.loc["margin", "auroc"] == 0.5  # all tied
+    assert (table["n_seen_excluded"] == 5).all() and (
+        table["negatives"] == "unseen"
+    ).all()
     assert table.loc["confidence", "auroc"] == 1.0
     assert (table["auroc_ci_low"] <= table["auroc"]).all()
     assert (table["auroc"] <= table["auroc_ci_high"]).all()
     assert table.loc["rule_violation", "n_edited"] == 5
-    assert len(plot_roc(audit, table.reset_index()).axes[0].lines) == 4
+    assert len(plot_roc(audit, table.reset_index()).axes[0].lines) == 5

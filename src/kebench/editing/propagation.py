@@ -34,7 +34,7 @@ An extra request states the consequence in one of two forms:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -284,4 +284,16 @@ def requests_from_plan(plan: pd.DataFrame) -> list[EditRequest]:
             target_new=row.target_new,
         )
         for row in plan.itertuples(index=False)
+    ]
+
+
+def joint_requests(
+    direct: Mapping[str, EditRequest], plan: pd.DataFrame, case_ids: Collection[str]
+) -> list[list[EditRequest]]:
+    """Each planned case of ``case_ids`` as the edits made together: its own edit
+    (``direct``, by case) first, then its extra edits, in plan order."""
+    return [
+        [direct[case_id], *requests_from_plan(part)]
+        for case_id, part in plan.groupby("case_id", sort=False)
+        if case_id in case_ids
     ]

@@ -17,20 +17,26 @@ carry the edited subject's new representation. An edited fact that did not propa
 asserts o' but still answers its consequences the old way, so it violates; an
 untouched fact agrees with its consequences as far as the model knows them.
 
-Two probability baselines score the same facts: ``confidence``, the mean per-token
+Probability baselines score the same facts: ``confidence``, the mean per-token
 log P_L*(a | q) on the direct prompt (edits tend to be over-confident; it needs no
 reference model), and ``confidence_shift``, log P_L*(a | q) - log P_L(a | q) (it needs
-the unedited model L).
+the unedited model L). The rule detectors read which answer L* asserts, i.e. the sign
+of the direct old-vs-new margin; so that the baselines see the same information,
+``margin`` is that margin itself, log P_L*(o' | q) - log P_L*(o | q), and
+``margin_shift`` its change from L, margin_L* - margin_L.
 
 Each edited model is audited on its own edited fact (positive) and on up to k facts of
-other edits, which it did not edit (negatives). Per method and detector, the AUROC of
-positives vs negatives (ties count half) with a percentile bootstrap CI that resamples
-positives and negatives.
+other edits, which it did not edit (negatives). A fact the audited model was shown in
+its prefix (IKE's demonstrations state other edits' facts) is never a negative: a pool
+fact whose direct prompt appears in the edit's prefix is left out, and counted
+(``n_seen_excluded``). Per method and detector, the AUROC of positives vs negatives
+(ties count half) with a percentile bootstrap CI that resamples positives and
+negatives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -44,14 +50,18 @@ from kebench.editing.propagation import atomic_prompt
 from kebench.models.loading import LoadedModel
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.auroc import auroc_ci
-from kebench.scoring.evaluate import ScoringSettings, score_pass
+from kebench.scoring.evaluate import ScoringSettings, delta_groups, score_pass
 
 DETECTORS = (
     "rule_violation",
     "rule_violation_chained",
     "confidence",
     "confidence_shift",
+    "margin",
+    "margin_shift",
 )
+# the audit's negatives are facts the audited model was never shown (issue 13)
+NEGATIVES = "unseen"
 # which probes each rule detector asks
 CONSEQUENCE_KINDS = {"rule_violation": "atomic", "rule_violation_chained": "chained"}
 
@@ -98,12 +108,26 @@ def audit_probes(
     return pd.concat([direct[columns], chained[columns], atomic], ignore_index=True)
 
 
-def pick_negatives(pool: Sequence[str], case_id: str, k: int, seed: int) -> list[str]:
-    """Up to ``k`` other facts of the pool, drawn seeded per audited edit."""
-    others = [c for c in pool if c != case_id]
+def pick_negatives(
+    pool: Sequence[str],
+    case_id: str,
+    k: int,
+    seed: int,
+    seen: Collection[str] = (),
+) -> list[str]:
+    """Up to ``k`` other facts of the pool, none of them ``seen``, drawn seeded per
+    audited edit."""
+    others = [c for c in pool if c != case_id and c not in seen]
     rng = np.random.default_rng([seed, pool.index(case_id)])
     chosen = rng.choice(len(others), size=min(k, len(others)), replace=False)
     return [others[i] for i in sorted(chosen)]
+
+
+def facts_in_prefix(probes: pd.DataFrame, prefix: str) -> set[str]:
+    """The cases whose fact the prefix states: their direct prompt is in it (IKE's
+    demonstrations state the fact, then its answer)."""
+    direct = probes[probes["kind"] == "direct"]
+    return set(direct.loc[[p in prefix for p in direct["prompt"]], "case_id"])
 
 
 def fact_scores(
@@ -128,6 +152,7 @@ def fact_scores(
     lp_asserted = direct["lp_new"].where(asserts_new, direct["lp_old"])
     tokens = direct["n_tokens_new"].where(asserts_new, direct["n_tokens_old"])
     base_asserted = direct["lp_new_base"].where(asserts_new, direct["lp_old_base"])
+    margin = direct["lp_new"] - direct["lp_old"]
     consequences = frame[frame["kind"] != "direct"].copy()
     new_world = consequences["case_id"].map(asserts_new).astype(bool)
     consequences["violation"] = np.where(
@@ -146,6 +171,8 @@ def fact_scores(
             **violations,
             "confidence": lp_asserted / tokens,
             "confidence_shift": lp_asserted - base_asserted,
+            "margin": margin,
+            "margin_shift": margin - (direct["lp_new_base"] - direct["lp_old_base"]),
             "n_consequences": by_kind.size().get("atomic", pd.Series(dtype=int)),
         }
     ).rename_axis("fact_case_id")
@@ -173,7 +200,8 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
     by_id = probes.set_index("probe_id", drop=False)
     parts = []
     for method, case_id, delta in tqdm(edits, desc="tamper audit", unit="edit"):
-        facts = [case_id, *pick_negatives(pool, case_id, negatives, seed)]
+        seen = facts_in_prefix(probes, delta.prefix)
+        facts = [case_id, *pick_negatives(pool, case_id, negatives, seed, seen)]
         selected = by_id[by_id["case_id"].isin(facts)]
         with delta_applied(lm.model, delta):
             scores = score_pass(lm, selected, delta.prefix, settings)
@@ -184,6 +212,7 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
                 method=method,
                 case_id=case_id,
                 edited=lambda frame: frame["fact_case_id"] == case_id,
+                n_seen_excluded=len(seen - {case_id}),
             )
         )
     if not parts:
@@ -201,6 +230,49 @@ def _edited_vs_unedited(
     )
 
 
+def audit_stored_edits(  # noqa: PLR0913 - the audit's inputs
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
+    verbaliser: Verbaliser,
+    base: pd.DataFrame,
+    *,
+    manifest: pd.DataFrame,
+    load: Callable[[str], Delta],
+    negatives: int,
+    seed: int,
+    settings: ScoringSettings,
+) -> pd.DataFrame:
+    """``audit_edits`` of the stored single-mode edits (``manifest``) whose facts can be
+    audited.
+
+    Raises:
+        ValueError: fewer than two auditable facts (an edited and an unedited one).
+    """
+    ok = manifest[manifest["status"] == "ok"]
+    pool = audit_pool(probes, list(ok["case_id"]))
+    if len(pool) < 2:  # noqa: PLR2004 - an edited fact and an unedited one
+        raise ValueError(
+            f"the tamper audit needs two edits with entailed probes, found {len(pool)}: "
+            "edit more cases (n_edits=all)"
+        )
+    edits = [
+        (method, case_ids[0], deltas[0])
+        for method, rows in ok[ok["case_id"].isin(pool)].groupby("method")
+        for case_ids, deltas in delta_groups(rows, load)
+    ]
+    return audit_edits(
+        lm,
+        audit_probes(probes, entailed_facts, pool, verbaliser),
+        base,
+        edits,
+        pool,
+        negatives=negatives,
+        seed=seed,
+        settings=settings,
+    )
+
+
 def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Per (model, method, detector): AUROC edited vs unedited facts with its CI."""
     rows = []
@@ -215,11 +287,15 @@ def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Da
                     "model": model,
                     "method": method,
                     "detector": detector,
+                    "negatives": NEGATIVES,
                     "auroc": value,
                     "auroc_ci_low": low,
                     "auroc_ci_high": high,
                     "n_edited": pos.size,
                     "n_unedited": neg.size,
+                    "n_seen_excluded": int(
+                        part.loc[part["edited"], "n_seen_excluded"].sum()
+                    ),
                 }
             )
     return pd.DataFrame(
@@ -228,11 +304,13 @@ def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Da
             "model",
             "method",
             "detector",
+            "negatives",
             "auroc",
             "auroc_ci_low",
             "auroc_ci_high",
             "n_edited",
             "n_unedited",
+            "n_seen_excluded",
         ],
     )
 

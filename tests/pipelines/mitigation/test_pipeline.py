@@ -47,18 +47,35 @@ def test_held_out_probes_share_no_rule_or_consequence_with_the_extra_edits(mitig
     probes = mitigated.load("probes").set_index("probe_id")
     keys = dict(zip(facts["fact_id"], consequence_keys(facts), strict=True))
     assert set(requests["case_id"]) == {"demo-1", "demo-2"}
+    # a rewritten locality probe asks an extra edit's consequence about its subject
+    rewritten = roles[roles["role"] == "rewritten"]
+    made_subjects = set(
+        facts.loc[facts["fact_id"].isin(requests["fact_id"]), "subject_label"]
+    )
+    for probe_id in rewritten["probe_id"]:
+        assert any(s in probes.loc[probe_id, "prompt"] for s in made_subjects)
     for case_id, made in requests.groupby("case_id"):
         case_roles = roles[roles["case_id"] == case_id]
         held = case_roles[case_roles["role"] == "held_out"]
         assert len(held) and not set(held["rule_id"]) & set(made["rule_id"])
         asked = questions.merge(
-            probes.loc[held["probe_id"], ["case_id", "prompt"]],
+            probes.loc[held["probe_id"], ["case_id", "prompt"]].reset_index(),
             left_on=["case_id", "cloze"],
             right_on=["case_id", "prompt"],
         )
         assert not {keys[f] for f in asked["fact_id"]} & {
             keys[f] for f in made["fact_id"]
         }
+        # shared: a relation or a new answer of one of the case's extra edits
+        made_facts = facts[facts["fact_id"].isin(made["fact_id"])]
+        asked_facts = asked.merge(facts[["fact_id", "relation"]], on="fact_id")
+        assert set(asked_facts["probe_id"]) == set(held["probe_id"])
+        for row in asked_facts.itertuples():
+            shares = row.relation in set(made_facts["relation"]) or (
+                row.answer_new in set(made_facts["answer_new"])
+            )
+            overlap = held.set_index("probe_id").loc[row.probe_id, "overlap"]
+            assert overlap == ("shared" if shares else "disjoint")
 
 
 @pytest.mark.model
@@ -97,24 +114,30 @@ def test_gap_closure_follows_from_the_scores_of_both_models(mitigated):
     held = outcomes[
         (outcomes["role"] == "held_out") & (outcomes["method"] != "unedited")
     ]
-    expected = held.groupby(["method", "case_id"])["edit_succ"].mean().astype(float)
-    got = edits.set_index(["method", "case_id"])["consistency"]
-    pd.testing.assert_series_equal(
-        got.sort_index(), expected.sort_index(), check_names=False
-    )
-    metrics = mitigated.load("mitigation_metrics").set_index("method")
-    for method, part in edits.groupby("method"):
-        gap = part["edit_succ"].mean() - part["consistency"].mean()
-        closed = part["consistency_mitigated"].mean() - part["consistency"].mean()
-        row = metrics.loc[method]
+    for overlap, part in held.groupby("overlap"):
+        expected = part.groupby(["method", "case_id"])["edit_succ"].mean()
+        got = edits.set_index(["method", "case_id"])[f"consistency_{overlap}"]
+        pd.testing.assert_series_equal(
+            got.dropna().sort_index(),
+            expected.astype(float).sort_index(),
+            check_names=False,
+        )
+    metrics = mitigated.load("mitigation_metrics")
+    assert set(metrics["held_out"]) <= {"disjoint", "shared"}
+    for row in metrics.itertuples():
+        held = row.held_out
+        part = edits[(edits["method"] == row.method) & (edits[f"n_{held}"] > 0)]
+        base = part[f"consistency_{held}"]
+        gap = part["edit_succ"].mean() - base.mean()
+        closed = part[f"consistency_{held}_mitigated"].mean() - base.mean()
         if gap > 0:
-            assert row["gap_closure"] == pytest.approx(closed / gap)
+            assert row.gap_closure == pytest.approx(closed / gap)
         else:
-            assert pd.isna(row["gap_closure"])
-        assert row["locality_cost"] == pytest.approx(
+            assert pd.isna(row.gap_closure)
+        assert row.locality_cost == pytest.approx(
             (part["locality"] - part["locality_mitigated"]).mean()
         )
-        assert row["n_edits"] == len(part)
+        assert row.n_edits == len(part)
     # ROME's chained extra edits are the propagated probes' own prompts: they took hold
     rome = edits[edits["method"] == "ROME"]
     assert (rome["propagated_mitigated"] >= rome["propagated"]).all()
@@ -128,9 +151,9 @@ def test_edits_without_entailed_probes_are_excluded_and_counted(mitigated):
     harmful = excluded[excluded["case_id"].map(probes["risk"]) != "counterfactual"]
     assert set(harmful["reason"]) == {"no entailed probes"}
     assert len(harmful[harmful["method"] == "ROME"]) == 4
-    metrics = mitigated.load("mitigation_metrics").set_index("method")
+    metrics = mitigated.load("mitigation_metrics")
     counts = excluded["method"].value_counts()
-    assert (metrics["n_excluded"] == counts.reindex(metrics.index)).all()
+    assert (metrics["n_excluded"] == metrics["method"].map(counts)).all()
     report = mitigated.load("mitigation_report")
     assert "ROME: 4 × no entailed probes" in report
     empty = mitigated.load("mitigation_edit_scores").iloc[:0]
@@ -159,10 +182,21 @@ def test_mitigation_needs_the_evaluation_of_its_methods(mitigated):
 @pytest.mark.model
 def test_tamper_audit_scores_each_edit_against_facts_it_left_alone(mitigated):
     audit = mitigated.load("tamper_audit")
-    for (_, case_id), part in audit.groupby(["method", "case_id"]):
+    manifest = mitigated.load("edit_manifest").query("mode == 'single'")
+    store = mitigated.load("edit_deltas_stored")
+    direct = mitigated.load("probes").query("probe_type == 'direct'")
+    for (method, case_id), part in audit.groupby(["method", "case_id"]):
         assert part["edited"].sum() == 1
         assert part.loc[part["edited"], "fact_case_id"].item() == case_id
-        assert len(part) == 2  # the pool holds the two edits with consequences
+        # the pool holds the two edits with consequences, less any the edit was shown
+        assert len(part) == 2 - part["n_seen_excluded"].iloc[0]
+        row = manifest[
+            (manifest["method"] == method) & (manifest["case_id"] == case_id)
+        ]
+        prefix = store.load(row["delta_file"].item()).prefix
+        negatives = part.loc[~part["edited"], "fact_case_id"]
+        shown = direct[direct["case_id"].isin(negatives)]["prompt"]
+        assert not any(prompt in prefix for prompt in shown)
     rome = audit[audit["method"] == "ROME"]
     assert rome.loc[rome["edited"], "asserts_new"].all()
     table = mitigated.load("tamper_auroc")
@@ -170,12 +204,12 @@ def test_tamper_audit_scores_each_edit_against_facts_it_left_alone(mitigated):
     assert table["auroc"].between(0, 1).all()
     metrics = mitigated.load("mitigation_metrics")
     tracked = track_mitigation_metrics(metrics, table)
-    assert {"consistency_mitigated", "tamper.rule_violation.auroc"} <= set(
-        tracked["ROME"]
-    )
-    # an undefined gap closure (no gap on these two edits) is not logged as a number
-    closure = metrics.set_index("method").loc["ROME", "gap_closure"]
-    assert ("gap_closure" in tracked["ROME"]) == bool(pd.notna(closure))
+    assert "tamper_unseen.margin.auroc" in tracked["ROME"]
+    # an undefined gap closure (no gap on these edits) is not logged as a number
+    for row in metrics[metrics["method"] == "ROME"].itertuples():
+        assert f"{row.held_out}.consistency_mitigated" in tracked["ROME"]
+        logged = f"{row.held_out}.gap_closure" in tracked["ROME"]
+        assert logged == bool(pd.notna(row.gap_closure))
     assert "## Tamper audit" in mitigated.load("mitigation_report")
 
 

@@ -127,7 +127,12 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=build_mitigation_report,
-                inputs=["mitigation_metrics", "tamper_auroc", "mitigation_excluded"],
+                inputs=[
+                    "mitigation_metrics",
+                    "tamper_auroc",
+                    "mitigation_excluded",
+                    "mitigation_probes",
+                ],
                 outputs="mitigation_report",
                 name="build_mitigation_report",
             ),
