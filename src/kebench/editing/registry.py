@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self
@@ -26,6 +26,7 @@ from typing import Any, Self
 from kebench.editing.delta import Delta
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
+from kebench.qa.probes import CaseFacts
 
 # EasyEdit keys about EasyEdit's own runtime (its model loading, devices, result
 # folders): accepted so that an EasyEdit YAML carries over, and not used by kebench.
@@ -83,12 +84,15 @@ class EditContext:
         stats_dir: where covariance statistics are cached (``data/06_models/stats``).
         pool: every request of the run (in-context demonstrations come from it).
         seed: the seed of every random choice, so reruns give identical deltas.
+        facts: case_id -> the KG facts its edit changes and its probes ask (IKE
+            keeps its demonstrations off them).
         cache: per-run memo (context templates, statistics), keyed by the caller.
     """
 
     stats_dir: Path
     pool: Sequence[EditRequest] = ()
     seed: int = 0
+    facts: Mapping[str, CaseFacts] = field(default_factory=dict)
     cache: dict[Any, Any] = field(default_factory=dict)
 
 
@@ -127,6 +131,9 @@ def register(
 
 
 def _discover() -> None:
+    """Import every method module (again is a no-op): one may already be imported on
+    its own (scoring imports IKE's prefix composition), so an empty registry is not
+    the only sign that discovery is due."""
     package = importlib.import_module("kebench.editing.methods")
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
@@ -146,7 +153,7 @@ def get_method(name: str) -> EditMethod:
         from kebench.editing.easyedit import easyedit_method  # noqa: PLC0415 - optional backend
 
         return easyedit_method(name)
-    if not METHODS:
+    if name not in METHODS:
         _discover()
     if name not in METHODS:
         raise KeyError(
@@ -157,6 +164,5 @@ def get_method(name: str) -> EditMethod:
 
 def method_names() -> list[str]:
     """Every registered method name."""
-    if not METHODS:
-        _discover()
+    _discover()
     return sorted(METHODS)

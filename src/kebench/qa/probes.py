@@ -285,6 +285,45 @@ def rewritten_facts(probes: pd.DataFrame, entailed_facts: pd.DataFrame) -> pd.Da
     ).drop_duplicates(ignore_index=True)
 
 
+FactKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class CaseFacts:
+    """The KG facts of one case, as (subject IRI, relation) keys.
+
+    Attributes:
+        edited: the facts its edit states (its direct probe's).
+        rewritten: every fact its edit changes (edited ones and consequences).
+        asked: the facts its probes ask.
+    """
+
+    edited: frozenset[FactKey] = frozenset()
+    rewritten: frozenset[FactKey] = frozenset()
+    asked: frozenset[FactKey] = frozenset()
+
+
+def case_facts(probes: pd.DataFrame, rewritten: pd.DataFrame) -> dict[str, CaseFacts]:
+    """``CaseFacts`` of every case of ``probes`` (``rewritten``: ``rewritten_facts``)."""
+
+    def by_case(frame: pd.DataFrame) -> dict[str, frozenset[FactKey]]:
+        return {
+            case: frozenset(zip(rows[FACT_KEY[0]], rows[FACT_KEY[1]], strict=True))
+            for case, rows in frame.groupby("case_id")
+        }
+
+    edited = by_case(rewritten[rewritten["kind"] == "direct"])
+    changed = by_case(rewritten)
+    asked = by_case(fact_keys(probes, *FACT_KEY))
+    empty: frozenset[FactKey] = frozenset()
+    return {
+        case: CaseFacts(
+            edited.get(case, empty), changed.get(case, empty), asked.get(case, empty)
+        )
+        for case in probes["case_id"].unique()
+    }
+
+
 def probe_summary(probes: pd.DataFrame) -> pd.DataFrame:
     """Counts of probes and cases per source x probe_type x risk."""
     return (

@@ -3,7 +3,7 @@
 Base scores are computed once per (model, probes) and reused for every method. An
 edited model is the base model with a delta applied (and reverted afterwards, exactly);
 an in-context edit (IKE) changes no weights and is scored with its prefix before each
-prompt. Each group of cases is scored with its own deltas applied: one case's delta in
+prompt (several in-context edits together: one prefix, ``joint_prefix``). Each group of cases is scored with its own deltas applied: one case's delta in
 single mode, one batch delta for MEMIT, every delta so far in sequential mode.
 
 Where several edits act at once (a batch, a sequential run), a probe of one edit whose
@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
+from kebench.editing.methods.ike import joint_prefix
 from kebench.editing.runner import fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
@@ -149,11 +150,22 @@ def edited_scores(
         selected = probes[probes["case_id"].isin(case_ids)]
         if selected.empty:
             continue
-        prefix = "".join(delta.prefix for delta in deltas)
+        prefix = joint_prefix(deltas)
         with ExitStack() as stack:
             for delta in deltas:
                 stack.enter_context(delta_applied(lm.model, delta))
-            parts.append(score_pass(lm, selected, prefix, settings))
+            try:
+                parts.append(score_pass(lm, selected, prefix, settings))
+            except ValueError as error:
+                if not isinstance(error.__cause__, ContextOverflowError):
+                    raise
+                tokens = len(lm.tokenizer(prefix)["input_ids"])
+                named = ", ".join(list(case_ids)[:5])
+                raise ValueError(
+                    f"the in-context prefix of {len(deltas)} edit(s), for cases "
+                    f"{named} ({len(case_ids)} in all), takes {tokens} tokens: too "
+                    f"many to ask every probe after it: {error}"
+                ) from error
     if not parts:
         return pd.DataFrame(columns=PASS_COLUMNS)
     return pd.concat(parts)

@@ -20,6 +20,7 @@ from kebench.editing.runner import (
 )
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
+from kebench.qa.probes import case_facts, rewritten_facts
 from kebench.schemas import EDIT_DELTAS
 
 
@@ -45,6 +46,7 @@ def method_job(
 
 def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
     model: LoadedModel,
     edit_hparams: dict[str, dict[str, Any]],
     edit_deltas_stored: DeltaStore,
@@ -56,7 +58,9 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 
     The edits are the direct probes: the dataset's requested rewrites and the
     injected claims of the harmful sets, in table order. They run in shards, here or
-    on a Dask cluster (``compute``).
+    on a Dask cluster (``compute``). Every case's KG facts (those its edit changes,
+    ``entailed_facts`` included, and those its probes ask) go to the methods: IKE
+    keeps its demonstrations off them.
 
     A generator: Kedro saves each outcome as its shard finishes, so a killed run keeps
     the edits it finished and the next run skips them.
@@ -71,6 +75,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         stats_dir=covariance_stats,
         pool=every_request,
         seed=int(params["seed"]),
+        facts=case_facts(probes, rewritten_facts(probes, entailed_facts)),
     )
     settings = ComputeSettings.from_params(compute)
     shards = edit_shards(

@@ -6,13 +6,15 @@ from kebench.pipelines.editing.nodes import compute_edit_deltas, tabulate_edit_d
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """probes (the direct ones), model, hparams -> edit_deltas + edit_manifest."""
+    """probes (the direct ones; every one's KG fact, with entailed_facts, for IKE),
+    model, hparams -> edit_deltas + edit_manifest."""
     return Pipeline(
         [
             Node(
                 func=compute_edit_deltas,
                 inputs=[
                     "probes",
+                    "entailed_facts",
                     "model",
                     "edit_hparams",
                     "edit_deltas_stored",
