@@ -8,6 +8,7 @@ import yaml
 from kebench.project import PROJECT_ROOT
 from kebench.qa.entailment import edit_relations
 from kebench.qa.probes import (
+    case_facts,
     edit_probes,
     entailed_probes,
     locality_probes,
@@ -137,3 +138,24 @@ def test_an_edit_rewrites_its_fact_and_every_consequence():
         ("e1", R + "Joe_Biden", "citizenship", "consequence"),
         ("e1", R + "Joe_Biden", "residence", "consequence"),
     }
+
+
+def test_case_facts_gather_what_each_edit_changes_and_its_probes_ask():
+    rel = relations()
+    probes = unify_probes(
+        [
+            edit_probes(EDITS, QA, {r: edit_relations(r, rel) for r in rel}),
+            entailed_probes(QUESTIONS, EDITS, FACTS),
+        ]
+    )
+    facts = case_facts(probes, rewritten_facts(probes, FACTS))
+    biden = facts["e1"]
+    assert biden.edited == {(R + "Joe_Biden", "birthPlace")}
+    assert biden.rewritten == {
+        (R + "Joe_Biden", "birthPlace"),
+        (R + "Joe_Biden", "citizenship"),
+    }
+    # its direct and paraphrase probes ask the edited fact, the entailed one the
+    # consequence
+    assert biden.asked == biden.rewritten
+    assert facts["e3"].asked == frozenset()  # P9999 has no KG predicate
