@@ -100,6 +100,8 @@ def probes() -> pd.DataFrame:
             "subject": subject,
             "prompt": f"{subject} is a citizen of",
             "rule_id": None,
+            "fact_subject_uri": R + subject.replace(" ", "_"),
+            "fact_relation": "citizenship",
         }
         for case, subject in SUBJECTS.items()
     ]
@@ -111,6 +113,8 @@ def probes() -> pd.DataFrame:
             "subject": SUBJECTS[row.case_id],
             "prompt": row.cloze,
             "rule_id": row.rule_id,
+            "fact_subject_uri": row.subject_uri,
+            "fact_relation": row.relation,
         }
         for row in FACTS.itertuples()
     ]
@@ -282,24 +286,30 @@ def joint_plan(seed: int):
             "subject": subjects[row.case_id],
             "prompt": row.cloze,
             "rule_id": row.rule_id,
+            "fact_subject_uri": row.subject_uri,
+            "fact_relation": row.relation,
         }
         for row in C4.itertuples()
     ]
     # c1's locality probes: Michelle Obama's citizenship, which the extra edits of
-    # R1 or R3 rewrite, and a fact nothing touches
+    # R1 or R3 rewrite, her alma mater and Jensen Huang's citizenship, which nothing
+    # touches
     locality = [
         {
             "probe_id": f"c1/locality/{i}",
             "case_id": "c1",
             "probe_type": "locality",
             "subject": "Barack Obama",
-            "prompt": prompt,
+            "prompt": f"The {relation} of {subject} is",
             "rule_id": None,
+            "fact_subject_uri": R + subject.replace(" ", "_"),
+            "fact_relation": relation,
         }
-        for i, prompt in enumerate(
+        for i, (subject, relation) in enumerate(
             [
-                "The country of citizenship of Michelle Obama is",
-                "The country of citizenship of Jensen Huang is",
+                ("Michelle Obama", "nationality|citizenship"),
+                ("Michelle Obama", "almaMater"),
+                ("Jensen Huang", "citizenship"),
             ]
         )
     ]
@@ -311,6 +321,8 @@ def joint_plan(seed: int):
             "subject": "Cate Blanchett",
             "prompt": "The spouse of Cate Blanchett is",
             "rule_id": None,
+            "fact_subject_uri": R + "Cate_Blanchett",
+            "fact_relation": "spouse",
         }
     ]
     every = pd.concat([probes(), pd.DataFrame(entailed + locality + direct)])

@@ -20,8 +20,9 @@ held-out rules only, so nothing the extra edits were made from is tested:
 - a held-out probe whose consequence (subject, relation, new answer) is also entailed
   by a propagated rule is dropped as a leak, and counted;
 - the extra edits act jointly with the case's own edit: a locality probe of the case
-  that asks a consequence an extra edit rewrites (its subject and relation) is dropped
-  (role ``rewritten``), and counted, rather than scored as a locality failure.
+  whose fact (``fact_subject_uri``, ``fact_relation``) is a consequence an extra edit
+  rewrites is dropped (role ``rewritten``), and counted, rather than scored as a
+  locality failure.
 
 An extra request states the consequence in one of two forms:
 
@@ -141,18 +142,17 @@ def _overlap(held: pd.DataFrame, made: pd.DataFrame) -> np.ndarray:
     return np.where(shared, "shared", "disjoint")
 
 
-def _rewritten(
-    locality: pd.DataFrame, made: pd.DataFrame, verbaliser: Verbaliser
-) -> pd.DataFrame:
-    """The locality probes that ask a consequence an extra edit rewrites: the cloze of
-    its relation about its subject, as locality probes are worded."""
-    asked = {
-        atomic_prompt(verbaliser, relation).replace("{}", subject, 1)
-        for relation, subject in zip(
-            made["relation"], made["subject_label"], strict=True
+def _rewritten(locality: pd.DataFrame, made: pd.DataFrame) -> pd.DataFrame:
+    """The locality probes whose fact (subject IRI, one of its KG relations) is the
+    consequence of an extra edit."""
+    changed = set(zip(made["subject_uri"], made["relation"], strict=True))
+    asks = [
+        pd.notna(subject) and any((subject, r) in changed for r in relation.split("|"))
+        for subject, relation in zip(
+            locality["fact_subject_uri"], locality["fact_relation"], strict=True
         )
-    }
-    return locality[locality["prompt"].isin(asked)]
+    ]
+    return locality[np.array(asks, dtype=bool)]
 
 
 def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
@@ -249,9 +249,7 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
             continue
         requests += extra
         overlap = np.where(role == "held_out", _overlap(asked, made), None)
-        rewritten = _rewritten(
-            locality[locality["case_id"] == case_id], made, verbaliser
-        )
+        rewritten = _rewritten(locality[locality["case_id"] == case_id], made)
         roles += [
             asked[["case_id", "probe_id", "rule_id"]].assign(
                 role=role, overlap=overlap

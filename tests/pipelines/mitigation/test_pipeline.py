@@ -47,13 +47,22 @@ def test_held_out_probes_share_no_rule_or_consequence_with_the_extra_edits(mitig
     probes = mitigated.load("probes").set_index("probe_id")
     keys = dict(zip(facts["fact_id"], consequence_keys(facts), strict=True))
     assert set(requests["case_id"]) == {"demo-1", "demo-2"}
-    # a rewritten locality probe asks an extra edit's consequence about its subject
-    rewritten = roles[roles["role"] == "rewritten"]
-    made_subjects = set(
-        facts.loc[facts["fact_id"].isin(requests["fact_id"]), "subject_label"]
-    )
-    for probe_id in rewritten["probe_id"]:
-        assert any(s in probes.loc[probe_id, "prompt"] for s in made_subjects)
+    # a locality probe is rewritten exactly when its fact is an extra edit's
+    # consequence (subject IRI, relation)
+    made_facts = facts[facts["fact_id"].isin(requests["fact_id"])]
+    rewritten = set(roles.loc[roles["role"] == "rewritten", "probe_id"])
+    locality = probes[
+        (probes["probe_type"] == "locality")
+        & probes["case_id"].isin(requests["case_id"])
+    ]
+    for probe_id, row in locality.iterrows():
+        made = made_facts[made_facts["case_id"] == row["case_id"]]
+        relations = str(row["fact_relation"]).split("|")
+        changes = any(
+            row["fact_subject_uri"] == fact.subject_uri and fact.relation in relations
+            for fact in made.itertuples()
+        )
+        assert (probe_id in rewritten) == changes
     for case_id, made in requests.groupby("case_id"):
         case_roles = roles[roles["case_id"] == case_id]
         held = case_roles[case_roles["role"] == "held_out"]
