@@ -29,20 +29,27 @@ PROBES = pd.DataFrame(
     [
         # e1's own edited fact: never dropped because of itself
         ("e1/direct/0", "e1", "direct", BIDEN, "birthPlace"),
+        # e2's own fact, Sweden's head of state, which e1's edit also implies: the
+        # stated edit stands over another edit's consequence
+        ("e2/direct/0", "e2", "direct", SWEDEN, "leader"),
         # asks Sweden's head of state, which e2 edits
         ("e1/locality/0", "e1", "locality", SWEDEN, "leaderName"),
         # asks Biden's citizenship, a consequence of e1
         ("e2/entailed/0", "e2", "entailed", BIDEN, "citizenship"),
         # asks Biden's birthplace, e1's edited fact
         ("e3/locality/0", "e3", "locality", BIDEN, "birthPlace"),
+        # e3 edits Biden's birthplace too: two edits of one fact
+        ("e3/direct/0", "e3", "direct", BIDEN, "birthPlace"),
         ("e3/multihop/0", "e3", "multihop", None, None),
     ],
     columns=["probe_id", "case_id", "probe_type", "fact_subject_uri", "fact_relation"],
 )
 REWRITTEN = pd.DataFrame(
     [
+        ("e3", BIDEN, "birthPlace", "direct"),
         ("e1", BIDEN, "birthPlace", "direct"),
         ("e1", BIDEN, "citizenship", "consequence"),
+        ("e1", SWEDEN, "leader", "consequence"),
         ("e2", SWEDEN, "leader", "direct"),
         ("e2", SWEDEN, "leaderName", "direct"),
     ],
@@ -78,6 +85,9 @@ def test_a_sequential_run_is_one_group_with_its_failed_edits():
         "e2/entailed/0": ("other_edit_consequence", "e1"),
         # e3 failed: it keeps its group, so both populations see the same probes
         "e3/locality/0": ("other_edit_fact", "e1"),
+        # e1 and e3 edit the same fact: each one's direct probe is dropped
+        "e3/direct/0": ("other_edit_fact", "e1"),
+        "e1/direct/0": ("other_edit_fact", "e3"),
     }
 
 

@@ -271,6 +271,8 @@ def delta_groups(
 # Why a probe is dropped from joint scoring: another edit of its group rewrites the
 # fact it asks, as that edit's own fact or as one of its consequences.
 DROP_REASONS = {"direct": "other_edit_fact", "consequence": "other_edit_consequence"}
+# the probe types that ask the edit's own fact
+OWN_FACT_TYPES = ("direct", "paraphrase")
 DROP_COLUMNS = [
     "model",
     "method",
@@ -301,8 +303,9 @@ def joint_drops(
     A probe of case X is dropped when another edit Y of X's group (``joint_group``)
     rewrites the fact the probe asks (its ``FACT_KEY``): its answer is no longer the
     one it states. ``other_edit_fact`` when it is Y's edited fact, else
-    ``other_edit_consequence``; ``rewritten_by`` lists the Ys. Single mode drops
-    nothing.
+    ``other_edit_consequence``; ``rewritten_by`` lists the Ys. X's own fact (its
+    direct and paraphrase probes) is dropped only when Y edits it too. Single mode
+    drops nothing.
 
     Args:
         edits: manifest rows of the evaluated methods and mode.
@@ -318,7 +321,10 @@ def joint_drops(
         columns={"case_id": "rewritten_by"}
     )
     hits = asked.merge(changed, on=["group", *FACT_KEY])
-    hits = hits[hits["case_id"] != hits["rewritten_by"]]
+    # an edit's own fact is stated, not derived: another edit's consequence yields
+    # to it, so only another edit of the same fact drops its direct probes
+    own_fact = hits["probe_type"].isin(OWN_FACT_TYPES) & (hits["kind"] != "direct")
+    hits = hits[(hits["case_id"] != hits["rewritten_by"]) & ~own_fact]
     if hits.empty:
         return pd.DataFrame(columns=DROP_COLUMNS)
     # a probe rewritten as another edit's own fact is reported so, whatever else
