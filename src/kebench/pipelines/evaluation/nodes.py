@@ -208,12 +208,16 @@ def compute_metrics(
     probe_scores: pd.DataFrame,
     probes: pd.DataFrame,
     failed_edits: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """Every metric per (model, method, risk, probe_type), with protocol, population
-    (``ok_edits``; ``itt``, where the failed edits count as failures), 95% CI over
-    edits, and n."""
+    (``ok_edits``; ``itt``, where the failed edits count as failures, on the probes
+    joint scoring kept), 95% CI over edits, and n."""
     failed = failed_outcomes(probes, failed_edits, params["generation"]["probe_types"])
+    keys = ["method", "probe_id"]
+    dropped = pd.MultiIndex.from_frame(joint_dropped_probes[keys])
+    failed = failed[~pd.MultiIndex.from_frame(failed[keys]).isin(dropped)]
     table = metrics_table(
         probe_outcomes(probe_scores), seed=int(params["bootstrap_seed"]), failed=failed
     )
