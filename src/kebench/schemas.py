@@ -122,8 +122,17 @@ ENTAILED_FACTS = pa.DataFrameSchema(
         ),  # JSON: [[relation, "out"|"in"], ...] from the edited subject
         "path": pa.Column(
             str
-        ),  # JSON: supporting facts [[s, r, o], ...] (labels), edit included
+        ),  # JSON: the rule's bound body [[s, r, o], ...] (labels), edit included
+        # JSON: the KG facts the derivation rests on, neither the edit nor derived ones
+        "premises": pa.Column(str),
         "hops": pa.Column(int, pa.Check.ge(1)),
+        # entailed: probed; conflicting, contested, additive: kept with the reason
+        "status": pa.Column(
+            str, pa.Check.isin(["entailed", "conflicting", "contested", "additive"])
+        ),
+        "reason": pa.Column(str, nullable=True),
+        "depth": pa.Column(int, pa.Check.ge(1)),  # rule applications from the edit
+        "semantics": pa.Column(str, pa.Check.isin(["paper", "consistent"])),
     },
     checks=pa.Check(
         lambda df: df["answer_old_uri"] != df["answer_new_uri"],

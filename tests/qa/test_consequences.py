@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from kebench.qa.closure import ClosureSettings
 from kebench.qa.consequences import (
     ConsequenceFinder,
     EditedFact,
@@ -13,9 +14,9 @@ from kebench.qa.consequences import (
 )
 from kebench.qa.entailment import derive_entailed_facts, template_questions
 from kebench.qa.verbaliser import Verbaliser, split_camel_case
+from tests.qa.kgs import DBO, R, edit_row, kg, rules
 
-R = "http://dbpedia.org/resource/"
-DBO = "http://dbpedia.org/ontology/"
+PAPER = {"semantics": "paper", "closure": ClosureSettings(max_groundings_per_rule=5)}
 SPOUSE_RULE = (
     "R1",
     [["?g", "citizenship", "?b"], ["?g", "spouse", "?a"]],
@@ -31,27 +32,6 @@ RELATIONS = {
     "P27": {"dbpedia": [f"{DBO}citizenship"]},
     "P35": {"dbpedia": [f"{DBO}leader"]},
 }
-
-
-def kg(*facts: tuple[str, str, str]) -> pd.DataFrame:
-    rows = [
-        {
-            "s": R + s,
-            "p": DBO + p,
-            "o": R + o,
-            "o_is_literal": False,
-            "o_lang": None,
-            "s_label": s.replace("_", " "),
-            "p_local": p,
-            "o_label": o.replace("_", " "),
-        }
-        for s, p, o in facts
-    ]
-    return pd.DataFrame(rows)
-
-
-def rules(*specs) -> pd.DataFrame:
-    return pd.DataFrame([{"rule_id": i, "body": b, "head": h} for i, b, h in specs])
 
 
 FAMILY = kg(
@@ -124,19 +104,6 @@ def test_unchanged_and_unknown_answers_are_skipped_and_counted():
     assert consequence_finder.skipped["answer unchanged"] == 1
 
 
-def edit_row(case_id, subject, relation_id, old, new) -> dict:
-    return {
-        "case_id": case_id,
-        "subject": subject.replace("_", " "),
-        "relation_id": relation_id,
-        "target_true": old.replace("_", " "),
-        "target_new": new.replace("_", " "),
-        "subject_uri": R + subject if subject != "Atlantis" else None,
-        "target_true_uri": R + old,
-        "target_new_uri": R + new,
-    }
-
-
 def test_frame_report_counts_bad_input():
     edits = pd.DataFrame(
         [
@@ -152,7 +119,7 @@ def test_frame_report_counts_bad_input():
         rules(SPOUSE_RULE, LEADER_RULE, GHOST_RULE),
         FAMILY,
         RELATIONS,
-        max_per_rule=5,
+        **PAPER,
     )
     assert list(facts["case_id"]) == ["c1", "c3"]
     assert report["edits_with_consequence_pct"] == pytest.approx(66.67)
@@ -170,7 +137,7 @@ def test_relation_without_template_gets_fallback_wording_and_is_counted():
         [edit_row("c1", "Barack_Obama", "P27", "United_States", "Canada")]
     )
     facts, _ = derive_entailed_facts(
-        edits, rules(SPOUSE_RULE), FAMILY, RELATIONS, max_per_rule=5
+        edits, rules(SPOUSE_RULE), FAMILY, RELATIONS, **PAPER
     )
     verbaliser = Verbaliser({"citizenship": {"noun": "country of citizenship"}})
     questions = template_questions(facts, edits, verbaliser, max_per_edit=3)
@@ -182,7 +149,8 @@ def test_relation_without_template_gets_fallback_wording_and_is_counted():
     assert split_camel_case("leaderName") == "leader name"
 
 
-def test_literal_targets_and_a_kg_that_already_holds_the_new_value():
+@pytest.mark.parametrize("semantics", ["paper", "consistent"])
+def test_literal_targets_and_a_kg_that_already_holds_the_new_value(semantics):
     """MQuAKE-T's case: DBpedia states the post-update mayor, as a plain name."""
     triples = pd.DataFrame(
         [
@@ -219,7 +187,7 @@ def test_literal_targets_and_a_kg_that_already_holds_the_new_value():
         rules(rule),
         triples,
         {"P6": {"dbpedia": [f"{DBO}leaderName"]}},
-        max_per_rule=5,
+        semantics=semantics,
     )
     (fact,) = facts.to_dict("records")
     assert (fact["relation"], fact["answer_old"], fact["answer_new"]) == (
@@ -227,3 +195,4 @@ def test_literal_targets_and_a_kg_that_already_holds_the_new_value():
         "Bill de Blasio",
         "Eric Adams",
     )
+    assert (fact["status"], fact["semantics"]) == ("entailed", semantics)

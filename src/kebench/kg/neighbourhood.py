@@ -80,8 +80,13 @@ def fetch_neighbourhood(  # noqa: PLR0913 - query settings are keyword-only
     limit_per_entity: int,
     batch_size: int,
     lang: str = "en",
+    hops: int = 1,
 ) -> pd.DataFrame:
-    """``kg_triples`` for the 1-hop neighbourhood of ``entities``.
+    """``kg_triples`` for the ``hops``-hop neighbourhood of ``entities``.
+
+    One hop is the paper's Algorithm 1. A second hop also fetches the edges of every
+    entity the first reached, so the KG holds the evidence a consequence is checked
+    against (the other alumni of a university one edited person attended).
 
     Raises:
         ValueError: when there are no entities or the endpoint returns no triple, so an
@@ -93,10 +98,21 @@ def fetch_neighbourhood(  # noqa: PLR0913 - query settings are keyword-only
             f"no linked entity to query on {endpoint.name}: the KG would be empty"
         )
     rows: list[dict] = []
-    batches = list(batched(entities, batch_size))
-    for batch in tqdm(batches, desc="1-hop neighbourhood", unit="batch"):
-        query = neighbourhood_query(batch, excluded_predicates, limit_per_entity, lang)
-        rows.extend(_triple(row) for row in endpoint.select(query))
+    queried: set[str] = set()
+    frontier, n_queries = entities, 0
+    for hop in range(1, hops + 1):
+        batches = list(batched(frontier, batch_size))
+        for batch in tqdm(batches, desc=f"hop {hop} neighbourhood", unit="batch"):
+            query = neighbourhood_query(
+                batch, excluded_predicates, limit_per_entity, lang
+            )
+            rows.extend(_triple(row) for row in endpoint.select(query))
+        n_queries += len(batches)
+        queried.update(frontier)
+        reached = {r["s"] for r in rows} | {
+            r["o"] for r in rows if not r["o_is_literal"]
+        }
+        frontier = sorted(reached - queried)
     if not rows:
         raise ValueError(
             f"{endpoint.name} returned no triple for the {len(entities)} linked entities"
@@ -106,11 +122,13 @@ def fetch_neighbourhood(  # noqa: PLR0913 - query settings are keyword-only
     )
     triples = triples.sort_values(["s", "p", "o"], ignore_index=True)
     logger.info(
-        "%d triples around %d entities (%.1f per entity) from %s in %d queries",
+        "%d triples within %d hops of %d entities (%.1f per entity) from %s in %d "
+        "queries",
         len(triples),
+        hops,
         len(entities),
         len(triples) / len(entities),
         endpoint.name,
-        len(batches),
+        n_queries,
     )
     return KG_TRIPLES.validate(triples)

@@ -251,6 +251,11 @@ class EntailedFact:
     # steps are described in the question, the others name their entity.
     chain: list[tuple[str, str, str]]
     path: tuple[Atom, ...]  # supporting facts, the edited one included
+    # the KG facts the derivation rests on (neither the edit nor a derived fact)
+    premises: tuple[Atom, ...] = ()
+    status: str = "entailed"  # see kebench.qa.closure.STATUSES
+    reason: str | None = None
+    depth: int = 1  # rule applications from the edit
 
 
 def entailed_facts(
@@ -307,6 +312,11 @@ def entailed_facts(
                     answer_new=answer,
                     chain=chain,
                     path=new.path,
+                    premises=tuple(
+                        atom
+                        for atom in new.path
+                        if atom != (edit.subject, edit.relation, edit.new)
+                    ),
                 ),
             )
     return list(facts.values())

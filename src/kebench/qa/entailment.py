@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +12,12 @@ from typing import Any
 import pandas as pd
 
 from kebench.kg.amie_export import amie_term, local_name
+from kebench.qa.closure import (
+    STATUSES,
+    ClosureSettings,
+    EditedWorld,
+    consistent_facts,
+)
 from kebench.qa.consequences import (
     ConsequenceFinder,
     EditedFact,
@@ -68,22 +75,45 @@ def edited_facts(
     return [EditedFact(subject, relation, old, new) for relation in stated], None
 
 
-def derive_entailed_facts(
+SEMANTICS = ("paper", "consistent")
+
+
+def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two settings
     edit_requests: pd.DataFrame,
     rules: pd.DataFrame,
     kg_triples: pd.DataFrame,
     relations: Mapping[str, Mapping[str, Any]],
-    max_per_rule: int,
+    semantics: str = "consistent",
+    closure: ClosureSettings = ClosureSettings(),
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``entailed_facts`` for every edit, and counts of what was skipped and why."""
+    """``entailed_facts`` for every edit, and counts of what was skipped and why.
+
+    ``semantics`` is ``paper`` (each rule applied once to KG + edit, every consequence
+    ``entailed``) or ``consistent`` (the closure of kebench.qa.closure, with statuses).
+    """
+    if semantics not in SEMANTICS:
+        raise ValueError(
+            f"qa_generation.consequences.semantics: {semantics!r} is not one of "
+            f"{list(SEMANTICS)}"
+        )
     kg = KgIndex(kg_triples)
-    finder = ConsequenceFinder(kg, rules, max_per_rule=max_per_rule)
+    finder = ConsequenceFinder(kg, rules, max_per_rule=closure.max_groundings_per_rule)
     rules_by_id = {
         rid: ([tuple(a) for a in body], tuple(head))
         for rid, body, head in zip(
             rules["rule_id"], rules["body"], rules["head"], strict=True
         )
     }
+    world = EditedWorld(
+        kg,
+        [
+            (rid, body, head)
+            for rid, (body, head) in rules_by_id.items()
+            # the finder counts and leaves out rules naming a relation the KG lacks
+            if {a[1] for a in [*body, head]} <= kg.relations()
+        ],
+        closure,
+    )
     rows, edits_skipped = [], Counter()
     for edit in edit_requests.to_dict("records"):
         facts, reason = edited_facts(edit, kg, relations)
@@ -99,9 +129,20 @@ def derive_entailed_facts(
             for field in ("target_true", "target_new")
         }
         entity = lambda local: kg.entities.get(local) or targets[local]  # noqa: E731
-        consequences = [
-            f for edited in facts for f in entailed_facts(finder, edited, rules_by_id)
-        ]
+        labelled = lambda atoms: json.dumps(  # noqa: E731
+            [[entity(s).label, r, entity(o).label] for s, r, o in atoms],
+            ensure_ascii=False,
+        )
+        if semantics == "paper":
+            consequences = [
+                f
+                for edited in facts
+                for f in entailed_facts(finder, edited, rules_by_id)
+            ]
+        else:  # one world: an edit stated by several KG predicates changes them all
+            consequences = (
+                consistent_facts(world, facts, finder.skipped) if facts else []
+            )
         for number, fact in enumerate(consequences):
             rows.append(
                 {
@@ -123,13 +164,12 @@ def derive_entailed_facts(
                         ],
                         ensure_ascii=False,
                     ),
-                    "path": json.dumps(
-                        [
-                            [entity(s).label, r, entity(o).label]
-                            for s, r, o in fact.path
-                        ],
-                        ensure_ascii=False,
-                    ),
+                    "path": labelled(fact.path),
+                    "premises": labelled(fact.premises),
+                    "status": fact.status,
+                    "reason": fact.reason,
+                    "depth": fact.depth,
+                    "semantics": semantics,
                     # A backward step names its entity, so only forward steps add a hop.
                     "hops": 1
                     + sum(direction == "out" for _, direction, _ in fact.chain),
@@ -138,13 +178,34 @@ def derive_entailed_facts(
     frame = ENTAILED_FACTS.validate(
         pd.DataFrame(rows, columns=list(ENTAILED_FACTS.columns))
     )
+    probed = frame[frame["status"] == "entailed"]
     per_edit = (
-        frame.groupby("case_id").size().reindex(edit_requests["case_id"], fill_value=0)
+        probed.groupby("case_id").size().reindex(edit_requests["case_id"], fill_value=0)
     )
+    not_probed = frame[frame["status"] != "entailed"]
     report = {
         "edits": len(edit_requests),
         "edits_with_consequence_pct": round(100.0 * float((per_edit > 0).mean()), 2),
+        "semantics": semantics,
         "consequences": len(frame),
+        "status": {
+            status: int((frame["status"] == status).sum()) for status in STATUSES
+        },
+        "not_probed_by_reason": {
+            status: {
+                reason_kind(reason): int(n)
+                for reason, n in part["reason"].value_counts().items()
+            }
+            for status, part in not_probed.groupby("status")
+        },
+        "top_rules_not_probed": {
+            rule: int(n)
+            for rule, n in not_probed["rule_id"].value_counts().head(10).items()
+        },
+        "top_rules_entailed": {
+            rule: int(n)
+            for rule, n in probed["rule_id"].value_counts().head(10).items()
+        },
         "consequences_per_edit": {
             "mean": round(float(per_edit.mean()), 3),
             "max": int(per_edit.max()),
@@ -153,12 +214,16 @@ def derive_entailed_facts(
             },
         },
         "rules_available": len(rules),
-        "rules_used": sorted(frame["rule_id"].unique().tolist()),
+        "rules_used": sorted(probed["rule_id"].unique().tolist()),
         "edits_without_kg_fact": dict(edits_skipped),
         "consequences_skipped": dict(finder.skipped),
+        "closure_notes": dict(world.notes),
     }
     logger.info(
-        "entailed facts: %d for %d edits (%.1f%% with at least one), %d rules used",
+        "entailed facts (%s): %d of %d consequences for %d edits "
+        "(%.1f%% with at least one), %d rules used",
+        semantics,
+        len(probed),
         len(frame),
         len(edit_requests),
         report["edits_with_consequence_pct"],
@@ -167,16 +232,26 @@ def derive_entailed_facts(
     return frame, report
 
 
+def reason_kind(reason: str) -> str:
+    """A reason without its particulars (values, counts), to count reasons by kind."""
+    return (
+        reason.split(":", maxsplit=1)[0]
+        if ":" in reason
+        else re.sub(r"\d+", "N", reason)
+    )
+
+
 def template_questions(
     entailed: pd.DataFrame,
     edit_requests: pd.DataFrame,
     verbaliser: Verbaliser,
     max_per_edit: int,
 ) -> pd.DataFrame:
-    """One templated question (and cloze) per entailed fact, capped per edit, no duplicates."""
+    """One templated question (and cloze) per ``entailed`` fact (facts of another
+    status are not probed), capped per edit, no duplicates."""
     subject_of = edit_requests.set_index("case_id")["subject"]
     rows = []
-    for fact in entailed.to_dict("records"):
+    for fact in entailed[entailed["status"] == "entailed"].to_dict("records"):
         chain = [tuple(step) for step in json.loads(fact["chain"])]
         question, cloze, wording = verbaliser.question(
             subject_of[fact["case_id"]], chain, fact["relation"]

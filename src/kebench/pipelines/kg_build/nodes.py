@@ -71,7 +71,7 @@ def attach_entity_uris(
 def query_neighbourhood(
     entity_links: pd.DataFrame, sparql_endpoint: SparqlEndpoint, params: dict[str, Any]
 ) -> pd.DataFrame:
-    """``kg_triples``: the 1-hop neighbourhood of every linked entity, both directions."""
+    """``kg_triples``: the neighbourhood of every linked entity, both directions."""
     settings = params["neighbourhood"]
     return fetch_neighbourhood(
         entity_links["uri"].dropna().tolist(),
@@ -80,6 +80,7 @@ def query_neighbourhood(
         limit_per_entity=settings["limit_per_entity"],
         batch_size=settings["batch_size"],
         lang=params["lang"],
+        hops=settings["hops"],
     )
 
 

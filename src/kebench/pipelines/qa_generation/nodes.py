@@ -7,6 +7,7 @@ from typing import Any
 import openai
 import pandas as pd
 
+from kebench.qa.closure import ClosureSettings
 from kebench.qa.entailment import (
     derive_entailed_facts,
     llm_questions,
@@ -24,12 +25,15 @@ def derive_consequences(
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``entailed_facts``: each edit's rule-derived consequences whose answer changes."""
+    settings = dict(params["consequences"])
+    semantics = settings.pop("semantics")
     return derive_entailed_facts(
         edit_requests,
         rules_for_qa,
         kg_triples,
         relations,
-        params["max_derivations_per_rule"],
+        semantics,
+        ClosureSettings(**settings),
     )
 
 
