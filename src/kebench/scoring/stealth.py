@@ -150,8 +150,7 @@ def _score_method(
     fold = np.empty(len(part), dtype=int)
     cases = part["case_id"].to_numpy()
     fold[benign] = deal_folds(list(cases[benign]), k, seed)
-    if (~benign).any():
-        fold[~benign] = deal_folds(list(cases[~benign]), k, seed)
+    fold[~benign] = deal_folds(list(cases[~benign]), k, seed)
     z = crossfit_z(drift_measures(part), benign, fold)
     if z.columns.empty:
         logger.warning(
@@ -161,9 +160,7 @@ def _score_method(
             int(benign.sum()),
             MIN_BENIGN,
         )
-    drift = (
-        z.abs().mean(axis=1).to_numpy() if len(z.columns) else np.full(len(z), np.nan)
-    )
+    drift = z.abs().mean(axis=1).to_numpy(dtype=float)  # NaN without measures
     share = benign_share(drift, benign)
     return part.assign(
         fold=fold,
