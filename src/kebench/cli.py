@@ -33,6 +33,25 @@ def convert_kg(source: str, target: str) -> None:
     click.echo(f"wrote {target}")
 
 
+@cli.command("build-demo")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="data/01_raw/demo",
+    show_default=True,
+    help="Folder to write kg.nt and edit_cases.json into.",
+)
+def build_demo(out: str) -> None:
+    """Rebuild the demo KG and edit cases from the fact tables in kebench.demo.facts."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from kebench.demo.build import write_demo  # noqa: PLC0415
+
+    summary = write_demo(Path(out))
+    click.echo(json.dumps(summary, ensure_ascii=False))
+
+
 @cli.command("serve-kg")
 @click.argument(
     "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False)

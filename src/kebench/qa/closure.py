@@ -102,6 +102,7 @@ class DerivedFact:
     chain: list[tuple[str, str, str]] | None = None
     premises: tuple[Fact, ...] = ()  # the KG facts the derivation rests on
     fresh: bool = True  # the world did not already hold it
+    contest: tuple[str, str | None] = ("entailed", None)  # see EditedWorld._contest
 
 
 class _World:
@@ -304,21 +305,27 @@ class EditedWorld:
         for value, groundings in sorted(values.items()):
             fact = (*key, value)
             if fact not in derived:
-                derived[fact] = DerivedFact(
+                item = DerivedFact(
                     fact, "entailed", None, depth, groundings[0], list(groundings)
                 )
-                derived[fact].fresh = value not in current
-        values_here = sorted(f[2] for f in derived if f[:2] == key and derived[f].depth)
+                item.fresh = value not in current
+                # judged once, in the world where it was first derived
+                item.contest = self._contest(groundings, value, world)
+                derived[fact] = item
+        items = [
+            derived[f] for f in sorted(derived) if f[:2] == key and derived[f].depth
+        ]
+        # a contested value is not believed, so it conflicts with nothing
+        believed = [i for i in items if i.contest[0] == "entailed"]
         fresh = []
-        for value in values_here:
-            item = derived[(*key, value)]
+        for item in items:
             if key[1] not in self.functional:
                 item.status, item.reason = "additive", "relation is not functional"
-            elif len(values_here) > 1:
-                others = ", ".join(v for v in values_here if v != value)
+            elif item.contest[0] == "contested":
+                item.status, item.reason = item.contest
+            elif len(believed) > 1:
+                others = ", ".join(i.fact[2] for i in believed if i is not item)
                 item.status, item.reason = "conflicting", f"also derived: {others}"
-            elif item.depth == depth:
-                item.status, item.reason = self._contest(item.groundings, value, world)
             if item.depth == depth and item.fresh and item.status == "entailed":
                 fresh.append(item.fact)
         return fresh

@@ -1,0 +1,1 @@
+"""The demo dataset: its facts and the builder that writes data/01_raw/demo."""
