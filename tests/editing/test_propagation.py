@@ -91,7 +91,7 @@ QUESTIONS = FACTS[["fact_id", "case_id", "rule_id", "cloze"]]
 SUBJECTS = {"c1": "Barack Obama", "c2": "Angela Merkel", "c3": "Tim Cook"}
 
 
-def probes() -> pd.DataFrame:
+def probes(facts: pd.DataFrame = FACTS) -> pd.DataFrame:
     direct = [
         {
             "probe_id": f"{case}/direct",
@@ -116,17 +116,17 @@ def probes() -> pd.DataFrame:
             "fact_subject_uri": row.subject_uri,
             "fact_relation": row.relation,
         }
-        for row in FACTS.itertuples()
+        for row in facts.itertuples()
     ]
     return pd.DataFrame(direct + entailed)
 
 
-def plan(seed: int = 0, form: str = "chained", share: float = 0.5):
+def plan(seed: int = 0, form: str = "chained", share: float = 0.5, facts=FACTS):
     return plan_propagation(
         list(SUBJECTS),
-        FACTS.drop(columns="cloze"),
-        QUESTIONS,
-        probes(),
+        facts.drop(columns="cloze"),
+        facts[["fact_id", "case_id", "rule_id", "cloze"]],
+        probes(facts),
         verbaliser=VERBALISER,
         form=form,
         held_out_share=share,
@@ -162,8 +162,11 @@ def test_rules_sharing_a_relation_or_a_new_answer_are_grouped():
     # R1-R2 share country and Belgium; R3-R5 share Tom; R4 stands alone
     assert rule_groups(facts) == [["R1", "R2"], ["R3", "R5"], ["R4"]]
     one = facts.assign(answer_new_uri="Belgium")
-    # one group holds nothing out: the rules are split one by one
-    assert rule_groups(one) == [["R1"], ["R2"], ["R3"], ["R4"], ["R5"]]
+    # one group holds nothing out: the rules are grouped by relation alone
+    assert rule_groups(one) == [["R1", "R2"], ["R3"], ["R4"], ["R5"]]
+    # and failing that, split one by one
+    same = one.assign(relation="country")
+    assert rule_groups(same) == [["R1"], ["R2"], ["R3"], ["R4"], ["R5"]]
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -181,15 +184,25 @@ def test_held_out_probes_share_no_rule_and_no_consequence_with_the_extra_edits(s
     assert not {keys[p.removesuffix("/q")] for p in held["probe_id"]} & made_keys
     leaks = roles[roles["role"] == "leak"]
     assert {keys[p.removesuffix("/q")] for p in leaks["probe_id"]} <= made_keys
-    assert set(roles.loc[roles["role"] == "propagated", "rule_id"]) == made_rules
+    # a propagated rule whose consequence another one states makes no request of its own
+    assert made_rules <= set(roles.loc[roles["role"] == "propagated", "rule_id"])
 
 
 def test_a_case_whose_held_out_consequences_are_all_edited_is_excluded():
-    """One of c1's three rules held out: when it is R1 or R3, its consequence is the
-    other's, which an extra edit states; nothing is left to test."""
+    """c1's three rules all entail a citizenship, so they are split one by one. One is
+    held out: when it is R1 or R3, its consequence is the other's, which an extra edit
+    states; nothing is left to test."""
+    daughter = FACTS["fact_id"] == "c1/1"
+    facts = FACTS.copy()
+    facts.loc[daughter, ["subject_label", "subject_uri", "relation", "cloze"]] = [
+        "Malia Obama",
+        R + "Malia_Obama",
+        "citizenship",
+        "The country of citizenship of the daughter of Barack Obama is",
+    ]
     reasons = set()
     for seed in range(40):
-        requests, roles, excluded = plan(seed, share=0.3)
+        requests, roles, excluded = plan(seed, share=0.3, facts=facts)
         row = excluded[excluded["case_id"] == "c1"]
         if len(row):
             reasons.add(row["reason"].iloc[0])

@@ -12,9 +12,11 @@ held-out rules only, so nothing the extra edits were made from is tested:
   or a new answer. Held-out and propagated rules then never share either, so an extra
   edit "The alma mater of {} is located in the country of → Belgium" is never tested
   by "The place of birth of Emmanuel Macron is located in the country of → Belgium".
-  When a case's rules form a single group, its rules are split one by one instead,
-  and each held-out probe that shares a relation or a new answer with an extra edit of
-  its case is marked ``shared`` (else ``disjoint``): gap closure is reported for each;
+  When a case's rules form a single group, they are grouped by relation alone (held-out
+  and propagated rules then share no relation template), and failing that split one by
+  one; each held-out probe that shares a relation or a new answer with an extra edit
+  of its case is marked ``shared`` (else ``disjoint``): gap closure is reported for
+  each;
 - a case whose consequences come from a single rule has nothing to hold out, and a
   case without entailed probes nothing to test; both are excluded, with the reason;
 - a held-out probe whose consequence (subject, relation, new answer) is also entailed
@@ -58,29 +60,41 @@ def consequence_keys(entailed_facts: pd.DataFrame) -> pd.Series:
     )
 
 
-def rule_groups(facts: pd.DataFrame) -> list[list[str]]:
-    """The case's rules in groups that share no consequence relation and no new
-    answer with each other (connected components); one group per rule when they all
-    fall into one."""
-    rules = sorted(set(facts["rule_id"]))
-    group = {rule: rule for rule in rules}
+def _components(facts: pd.DataFrame, links: Sequence[str]) -> list[list[str]]:
+    """The rules as connected components: two rules are linked when their
+    consequences share a value of one of the ``links`` columns."""
+    group = {rule: rule for rule in sorted(set(facts["rule_id"]))}
 
     def root(rule: str) -> str:
         while group[rule] != rule:
             rule = group[rule]
         return rule
 
-    for column in ("relation", "answer_new_uri"):
+    for column in links:
         for _, linked in facts.groupby(column)["rule_id"]:
             first, *rest = sorted(set(linked))
             for rule in rest:
                 group[root(rule)] = root(first)
     components: dict[str, list[str]] = {}
-    for rule in rules:
+    for rule in group:
         components.setdefault(root(rule), []).append(rule)
-    if len(components) < 2:  # noqa: PLR2004 - one group holds nothing out
-        return [[rule] for rule in rules]
     return sorted(components.values())
+
+
+# the ways of grouping a case's rules, most disjoint first: no shared relation or new
+# answer; no shared relation; none (each rule alone)
+GROUPINGS = (("relation", "answer_new_uri"), ("relation",), ("rule_id",))
+
+
+def rule_groups(facts: pd.DataFrame) -> list[list[str]]:
+    """The case's rules in groups to split whole: the first of ``GROUPINGS`` that
+    gives two groups or more, so held-out and propagated rules share neither a
+    consequence relation nor a new answer where the rules allow it, else no relation."""
+    for links in GROUPINGS:
+        groups = _components(facts, links)
+        if len(groups) > 1:
+            return groups
+    return groups
 
 
 def split_rules(
