@@ -22,7 +22,10 @@ latter from Biden's *old* citizenship). Here the edited world is computed as a w
   relation), in at least ``contest_share`` of all its groundings there (other alumni of
   a university keep its country when one alumnus changes citizenship); a contested
   value is not applied to the world. ``additive``: the relation is not functional, so
-  the old answer stays true beside the new one and new-vs-old is no test of it.
+  the old answer stays true beside the new one (it is a KG fact, or still derived) and
+  new-vs-old is no test of it; a non-functional consequence whose old answer only the
+  old world derives (the leader of a town, from its country's edited leader) is judged
+  like any other.
 
 Facts are (subject, relation, object) in AMIE local names, as the rules are mined on.
 """
@@ -309,8 +312,10 @@ class EditedWorld:
                     fact, "entailed", None, depth, groundings[0], list(groundings)
                 )
                 item.fresh = value not in current
-                # judged once, in the world where it was first derived
-                item.contest = self._contest(groundings, value, world)
+                # judged once, in the world where it was first derived; another
+                # value of a relation that is not functional contradicts nothing
+                if key[1] in self.functional:
+                    item.contest = self._contest(groundings, value, world)
                 derived[fact] = item
         items = [
             derived[f] for f in sorted(derived) if f[:2] == key and derived[f].depth
@@ -319,11 +324,9 @@ class EditedWorld:
         believed = [i for i in items if i.contest[0] == "entailed"]
         fresh = []
         for item in items:
-            if key[1] not in self.functional:
-                item.status, item.reason = "additive", "relation is not functional"
-            elif item.contest[0] == "contested":
+            if item.contest[0] == "contested":
                 item.status, item.reason = item.contest
-            elif len(believed) > 1:
+            elif len(believed) > 1 and key[1] in self.functional:
                 others = ", ".join(i.fact[2] for i in believed if i is not item)
                 item.status, item.reason = "conflicting", f"also derived: {others}"
             if item.depth == depth and item.fresh and item.status == "entailed":
@@ -486,19 +489,30 @@ def consistent_facts(
     worlds handles a KG that already holds the new value (DBpedia and MQuAKE-T's
     temporal edits) as well as one that holds the old value.
     """
-    old_world = {
-        item.fact[:2]: item.fact[2]
-        for item in world.derive([_reverted(e) for e in edits])
-        if item.status == "entailed"
-    }
+    old_world: dict[Key, set[str]] = defaultdict(set)
+    for item in world.derive([_reverted(e) for e in edits]):
+        if item.status == "entailed":
+            old_world[item.fact[:2]].add(item.fact[2])
+    new_world = world.derive(edits)
+    new_values: dict[Key, set[str]] = defaultdict(set)
+    for item in new_world:
+        if item.status != "contested":
+            new_values[item.fact[:2]].add(item.fact[2])
     facts = []
-    for item in world.derive(edits):
+    for item in new_world:
         subject, relation, answer = item.fact
-        olds = (
-            {old_world[(subject, relation)]}
-            if (subject, relation) in old_world
-            else world.kg.objects(subject, relation)
-        )
+        in_kg = world.kg.objects(subject, relation)
+        olds = old_world.get((subject, relation)) or in_kg
+        status, reason = item.status, item.reason
+        if relation not in world.functional and olds & (
+            in_kg | new_values[(subject, relation)]
+        ):
+            status, reason = (
+                "additive",
+                (
+                    "relation is not functional: the old answer stays true beside the new"
+                ),
+            )
         if not olds:
             skipped["no old answer"] += 1
         elif answer in olds:
@@ -519,8 +533,8 @@ def consistent_facts(
                     chain=item.chain,
                     path=grounding.premises,
                     premises=item.premises,
-                    status=item.status,
-                    reason=item.reason,
+                    status=status,
+                    reason=reason,
                     depth=item.depth,
                 )
             )

@@ -139,7 +139,7 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two se
                 for edited in facts
                 for f in entailed_facts(finder, edited, rules_by_id)
             ]
-        else:  # one world: an edit stated by several KG predicates changes them all
+        else:
             consequences = (
                 consistent_facts(world, facts, finder.skipped) if facts else []
             )
