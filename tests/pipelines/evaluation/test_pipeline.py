@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from kebench.pipelines.evaluation.nodes import (
+    compute_metrics,
+    find_joint_drops,
     list_failed_edits,
     plan_score_shards,
     track_metrics,
 )
-from kebench.project import project_catalog
+from kebench.project import load_config, project_catalog
 from kebench.schemas import METRICS, PROBE_SCORES
 from tests.pipelines.conftest import DEMO_EDITS
 
@@ -91,6 +93,7 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
     plan = plan_score_shards(
         selected,
         evaluated.load("probes"),
+        evaluated.load("joint_dropped_probes"),
         {"batch_size": 16, "generation": {"probe_types": [], "max_new_tokens": 1}},
         {"shard_size": 8},
     )
@@ -100,3 +103,87 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
     assert failed["case_id"].tolist() == [failed_case]
     tracked = track_metrics(evaluated.load("metrics"), failed)
     assert tracked["ROME"]["failed_edits"] == 1.0
+    # intention to treat: the failed edit's direct probes count as failures
+    scores = evaluated.load("probe_scores")
+    scores = scores[
+        ~((scores["method"] == "ROME") & (scores["case_id"] == failed_case))
+    ]
+    probes = evaluated.load("probes")
+    params = {"generation": {"probe_types": []}, "bootstrap_seed": 0}
+    metrics = compute_metrics(
+        scores, probes, failed, evaluated.load("joint_dropped_probes"), params
+    )
+    got = metrics[
+        (metrics["method"] == "ROME")
+        & (metrics["probe_type"] == "direct")
+        & (metrics["metric"] == "edit_succ")
+    ].set_index(["risk", "population"])["value"]
+    direct = scores[(scores["method"] == "ROME") & (scores["probe_type"] == "direct")]
+    direct = direct.dropna(subset=["lp_base_old"])
+    lost = probes[
+        (probes["case_id"] == failed_case)
+        & (probes["probe_type"] == "direct")
+        & probes["answer_old"].notna()
+    ]
+    for risk in set(direct["risk"]) | set(lost["risk"]):
+        mine = direct[direct["risk"] == risk]
+        wins = int((mine["lp_edit_new"] > mine["lp_base_old"]).sum())
+        total = len(mine) + int((lost["risk"] == risk).sum())
+        assert got[(risk, "itt")] == pytest.approx(wins / total)
+        if len(mine):
+            assert got[(risk, "ok_edits")] == pytest.approx(wins / len(mine))
+
+
+@pytest.mark.model
+def test_single_mode_drops_nothing_and_the_report_names_its_population(evaluated):
+    assert evaluated.load("joint_dropped_probes").empty
+    report = evaluated.load("evaluation_report")
+    assert "Population of EditSucc, Consistency and the gap: `itt`" in report
+    metrics = evaluated.load("metrics")
+    assert set(metrics["population"]) == {"ok_edits", "itt"}
+    # nothing failed: both populations agree wherever both exist
+    keys = ["method", "risk", "probe_type", "metric"]
+    both = metrics[metrics["population"] == "ok_edits"].merge(
+        metrics[metrics["population"] == "itt"], on=keys
+    )
+    assert len(both) and (both["value_x"] == both["value_y"]).all()
+
+
+@pytest.mark.model
+def test_a_sequential_run_drops_what_its_other_edits_rewrite(evaluated):
+    """Every demo edit in one sequential run: the dropped probes are those a plain
+    reference finds from edit_requests, relations.yml and entailed_facts."""
+    probes = evaluated.load("probes")
+    facts = evaluated.load("entailed_facts")
+    requests = evaluated.load("edit_requests")
+    cases = list(dict.fromkeys(probes.loc[probes["probe_type"] == "direct", "case_id"]))
+    manifest = pd.DataFrame(
+        {
+            "model": "m",
+            "method": "IKE",
+            "mode": "sequential",
+            "case_id": cases,
+            "order": range(len(cases)),
+            "status": "ok",
+            "fingerprint": [f"f{i}" for i in range(len(cases))],
+        }
+    )
+    drops = find_joint_drops(manifest, probes, facts)
+    relations = load_config({})["parameters"]["relations"]
+    stated, derived = set(), set()  # (case, subject IRI, predicate local name)
+    for row in requests.itertuples():
+        for iri in relations.get(row.relation_id, {}).get("dbpedia", []):
+            stated.add((row.case_id, row.subject_uri, iri.rsplit("/", 1)[-1]))
+    derived |= set(zip(facts["case_id"], facts["subject_uri"], facts["relation"]))
+    expected = set()
+    for probe in probes.dropna(subset=["fact_subject_uri"]).itertuples():
+        for relation in probe.fact_relation.split("|"):
+            key = (probe.fact_subject_uri, relation)
+            by_fact = {c for c, *k in stated if tuple(k) == key} - {probe.case_id}
+            by_consequence = {c for c, *k in derived if tuple(k) == key}
+            by_consequence -= {probe.case_id}
+            own = probe.probe_type in ("direct", "paraphrase")
+            if by_fact or (by_consequence and not own):
+                expected.add(probe.probe_id)
+    assert set(drops["probe_id"]) == expected
+    assert set(drops["reason"]) <= {"other_edit_fact", "other_edit_consequence"}
