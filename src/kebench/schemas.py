@@ -207,6 +207,48 @@ PROBES = pa.DataFrameSchema(
     name="probes",
 )
 
+# Known premises (issue 13): the facts a probe rests on, asked of the base model.
+PREMISE_KINDS = ("edit_fact", "premise")
+
+PREMISE_PROBES = pa.DataFrameSchema(
+    {
+        "probe_id": pa.Column(str),  # the direct or entailed probe that rests on it
+        "case_id": pa.Column(str),
+        # edit_fact: the edit's original fact (a direct probe); premise: a KG fact of
+        # an entailed probe's derivation, other than the edit
+        "kind": pa.Column(str, pa.Check.isin(PREMISE_KINDS)),
+        "subject": pa.Column(str),
+        "relation": pa.Column(str),
+        "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "answer": pa.Column(str, pa.Check.str_length(min_value=1)),  # the KG's
+        "candidates": pa.Column(str),  # JSON: the other answers it must beat
+    },
+    strict=True,
+    coerce=True,
+    name="premise_probes",
+)
+
+PREMISE_KNOWLEDGE = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "probe_id": pa.Column(str),
+        "case_id": pa.Column(str),
+        "kind": pa.Column(str, pa.Check.isin(PREMISE_KINDS)),
+        "prompt": pa.Column(str),
+        "answer": pa.Column(str),
+        # log P(answer | prompt) summed over its tokens, under the base model, and the
+        # best of the candidates (null when the relation has no other answer)
+        "lp_answer": pa.Column(float),
+        "best_candidate": pa.Column(str, nullable=True),
+        "lp_best_candidate": pa.Column(float, nullable=True),
+        "n_candidates": pa.Column(int, pa.Check.ge(0)),
+        "known": pa.Column(bool),
+    },
+    strict=True,
+    coerce=True,
+    name="premise_knowledge",
+)
+
 EDIT_MODES = ("single", "batch", "sequential")
 EDIT_STATUSES = ("ok", "failed")
 

@@ -1,0 +1,148 @@
+"""Premise probes built from hand-made tables: what each probe rests on, and the
+candidates its premise must beat."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from kebench.qa.premises import premise_probes
+from kebench.qa.verbaliser import Verbaliser
+from tests.qa.kgs import DBO, edit_row, kg
+
+WORLD = kg(
+    ("Barack_Obama", "citizenship", "United_States"),
+    ("Barack_Obama", "spouse", "Michelle_Obama"),
+    ("Michelle_Obama", "citizenship", "United_States"),
+    ("Angela_Merkel", "citizenship", "Germany"),
+    ("Emmanuel_Macron", "citizenship", "France"),
+    ("Olaf_Scholz", "citizenship", "Germany"),
+    ("Ada", "spouse", "Ben"),
+)
+RELATIONS = {"P27": {"dbpedia": [f"{DBO}citizenship"]}}
+TEMPLATES = {
+    "citizenship": {"noun": "country of citizenship"},
+    "spouse": {"noun": "spouse", "cloze": "{subject} is married to"},
+}
+
+
+def tables():
+    edits = pd.DataFrame(
+        [edit_row("c1", "Barack_Obama", "P27", "United_States", "Canada")]
+    )
+    probes = pd.DataFrame(
+        [
+            {
+                "probe_id": "c1/direct/0",
+                "case_id": "c1",
+                "probe_type": "direct",
+                "prompt": "Barack Obama is a citizen of",
+                "answer_old": "United States",
+                "answer_new": "Canada",
+            },
+            {
+                "probe_id": "c1/entailed/0",
+                "case_id": "c1",
+                "probe_type": "entailed",
+                "prompt": "The country of citizenship of the spouse of Barack Obama is",
+                "answer_old": "United States",
+                "answer_new": "Canada",
+            },
+            {
+                "probe_id": "c1/entailed/1",
+                "case_id": "c1",
+                "probe_type": "entailed",
+                "prompt": "Canada is located in",
+                "answer_old": "Nowhere",
+                "answer_new": "America",
+            },
+        ]
+    )
+    questions = pd.DataFrame(
+        [
+            {
+                "fact_id": "c1/0",
+                "case_id": "c1",
+                "cloze": probes.at[1, "prompt"],
+                "answer_new": "Canada",
+            },
+            {
+                "fact_id": "c1/1",
+                "case_id": "c1",
+                "cloze": "Canada is located in",
+                "answer_new": "America",
+            },
+        ]
+    )
+    facts = pd.DataFrame(
+        [
+            {
+                "fact_id": "c1/0",
+                "premises": json.dumps([["Barack Obama", "spouse", "Michelle Obama"]]),
+            },
+            {"fact_id": "c1/1", "premises": "[]"},  # rests on the edit alone
+        ]
+    )
+    return probes, questions, facts, edits
+
+
+def build(n_candidates=3, seed=0):
+    probes, questions, facts, edits = tables()
+    return premise_probes(
+        probes,
+        questions,
+        facts,
+        edits,
+        WORLD,
+        verbaliser=Verbaliser(TEMPLATES),
+        relations=RELATIONS,
+        n_candidates=n_candidates,
+        seed=seed,
+    )
+
+
+def test_each_probe_rests_on_its_facts():
+    table = build().set_index("probe_id")
+    edit_fact = table.loc["c1/direct/0"]
+    assert (edit_fact["kind"], edit_fact["answer"]) == ("edit_fact", "United States")
+    assert edit_fact["prompt"] == "Barack Obama is a citizen of"
+    premise = table.loc["c1/entailed/0"]
+    assert (premise["kind"], premise["prompt"], premise["answer"]) == (
+        "premise",
+        "Barack Obama is married to",
+        "Michelle Obama",
+    )
+    # an entailed probe that rests on the edit alone has no premise row
+    assert "c1/entailed/1" not in table.index
+    assert set(table["case_id"]) == {"c1"}
+
+
+def test_candidates_are_other_answers_of_the_relation_never_true_ones():
+    table = build(n_candidates=5).set_index("probe_id")
+    edit_candidates = json.loads(table.at["c1/direct/0", "candidates"])
+    # the edit's own target first, then the KG's other citizenships
+    assert edit_candidates[0] == "Canada"
+    assert set(edit_candidates[1:]) == {"Germany", "France"}
+    spouse_candidates = json.loads(table.at["c1/entailed/0", "candidates"])
+    # Obama's true spouse is excluded; Ben is Ada's spouse, so he is a candidate
+    assert spouse_candidates == ["Ben"]
+
+
+def test_the_draw_is_seeded():
+    many = kg(*[(f"P{i}", "citizenship", f"Country_{i}") for i in range(30)])
+    probes, questions, facts, edits = tables()
+    draw = lambda seed: premise_probes(  # noqa: E731
+        probes,
+        questions,
+        facts,
+        edits,
+        pd.concat([WORLD, many]),
+        verbaliser=Verbaliser(TEMPLATES),
+        relations=RELATIONS,
+        n_candidates=4,
+        seed=seed,
+    ).at[0, "candidates"]
+    assert draw(0) == draw(0)
+    assert draw(0) != draw(1)
+    assert len(json.loads(draw(0))) == 5  # Canada + 4 drawn
