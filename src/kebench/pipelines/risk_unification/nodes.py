@@ -8,6 +8,7 @@ import pandas as pd
 
 from kebench.kg.edit_cases import RawEditCases, multihop_questions
 from kebench.qa.entailment import edit_relations
+from kebench.qa.premises import premise_probes
 from kebench.qa.probes import (
     InjectionSet,
     edit_probes,
@@ -18,7 +19,7 @@ from kebench.qa.probes import (
     probe_summary,
     unify_probes,
 )
-from kebench.qa.verbaliser import Verbaliser
+from kebench.qa.verbaliser import MquakeTemplates, Verbaliser, pid_by_local_name
 
 
 def collect_edit_probes(
@@ -87,3 +88,34 @@ def unify_probe_table(
 def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
     """Counts per source x probe_type x risk, for the report."""
     return probe_summary(probes)
+
+
+def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    probes: pd.DataFrame,
+    entailed_questions: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    relations: dict[str, Any],
+    qa_params: dict[str, Any],
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """The facts each direct and entailed probe rests on, as cloze probes with the
+    candidates the KG's answer must beat (scored on the base model in evaluation)."""
+    verbaliser = Verbaliser(
+        templates=qa_params["relation_templates"],
+        pid_of=pid_by_local_name(relations),
+        mquake=MquakeTemplates.from_dir(qa_params["mquake_templates_dir"]),
+    )
+    settings = params["premises"]
+    return premise_probes(
+        probes,
+        entailed_questions,
+        entailed_facts,
+        edit_requests,
+        kg_triples,
+        verbaliser=verbaliser,
+        relations=relations,
+        n_candidates=settings["n_candidates"],
+        seed=settings["seed"],
+    )
