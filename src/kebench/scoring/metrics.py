@@ -196,7 +196,32 @@ def failed_outcomes(
     )
 
 
-def _population_rows(outcomes: pd.DataFrame, seed: int, locality: bool) -> list[dict]:
+def known_premise_rows(
+    outcomes: pd.DataFrame, known: pd.Series, seed: int
+) -> list[dict]:
+    """EditSucc over the edits whose original fact the base model knows
+    (``edit_succ_known``), and Consistency over the entailed probes whose premises it
+    knows (``consistency_known``); ``known``: probe id -> bool
+    (``kebench.scoring.premises.known_probes``)."""
+    # a probe that is not judged (NA) is not known
+    flag = outcomes["probe_id"].map(known).fillna(False).astype(bool)
+    is_direct = outcomes["probe_type"] == "direct"
+    rows = _metric_rows(
+        outcomes[is_direct & flag], "edit_succ", "edit_succ_known", "prob", seed
+    )
+    # the edit's EditSucc pairs with its known entailed probes, as in eq. 2's table
+    kept = outcomes[is_direct | ((outcomes["probe_type"] == "entailed") & flag)]
+    per_edit = per_edit_consistency(kept).assign(probe_type="entailed")
+    rows += _metric_rows(per_edit, "consistency", "consistency_known", "prob", seed)
+    return rows
+
+
+def _population_rows(
+    outcomes: pd.DataFrame,
+    seed: int,
+    locality: bool,
+    known: pd.Series | None = None,
+) -> list[dict]:
     """Every metric of one population of edits, per (model, method, risk, probe_type)."""
     rows = []
     by_type = {
@@ -216,11 +241,16 @@ def _population_rows(outcomes: pd.DataFrame, seed: int, locality: bool) -> list[
         rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
         rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
     rows += gap_rows(outcomes, seed)
+    if known is not None:
+        rows += known_premise_rows(outcomes, known, seed)
     return rows
 
 
 def metrics_table(
-    outcomes: pd.DataFrame, seed: int = 0, failed: pd.DataFrame | None = None
+    outcomes: pd.DataFrame,
+    seed: int = 0,
+    failed: pd.DataFrame | None = None,
+    known: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Every metric per (model, method, risk, probe_type), with its protocol,
     population, CI and n.
@@ -228,11 +258,13 @@ def metrics_table(
     Two populations, never merged: ``ok_edits``, over the edits that succeeded (the
     stored, scored ones: every number as before), and ``itt`` (intention to treat),
     where each failed edit also counts, as a failure (``failed``: ``failed_outcomes``
-    rows). Locality is an ``ok_edits`` metric only.
+    rows). Locality is an ``ok_edits`` metric only. With ``known`` (probe id -> whether
+    the base model knows its premises), both populations also get ``edit_succ_known``
+    and ``consistency_known``.
     """
-    ok = _population_rows(outcomes, seed, locality=True)
+    ok = _population_rows(outcomes, seed, locality=True, known=known)
     treated = outcomes if failed is None else pd.concat([outcomes, failed])
-    itt = _population_rows(treated, seed, locality=False)
+    itt = _population_rows(treated, seed, locality=False, known=known)
     return pd.concat(
         [
             pd.DataFrame(ok).assign(population="ok_edits"),

@@ -18,6 +18,7 @@ import pandas as pd
 from kebench.models.loading import LoadedModel
 from kebench.schemas import PREMISE_KNOWLEDGE
 from kebench.scoring.logprobs import score_answers
+from kebench.scoring.metrics import bootstrap_ci
 
 KEYS = ["prompt", "answer", "candidates"]
 
@@ -72,12 +73,25 @@ def known_probes(premise_knowledge: pd.DataFrame, probes: pd.DataFrame) -> pd.Se
     return flags
 
 
-def known_share(premise_knowledge: pd.DataFrame) -> pd.DataFrame:
+def known_share(premise_knowledge: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """The share of known premises, per model and kind (edit facts, derivation
-    premises), over distinct facts (a fact several probes rest on counts once)."""
+    premises), over distinct facts (a fact several probes rest on counts once), with a
+    bootstrap 95 % CI over those facts."""
     distinct = premise_knowledge.drop_duplicates(["model", "kind", "prompt", "answer"])
-    return (
-        distinct.groupby(["model", "kind"])["known"]
-        .agg(known_share="mean", n="size")
-        .reset_index()
+    rows = []
+    for (model, kind), part in distinct.groupby(["model", "kind"]):
+        known = part["known"].astype(float).to_numpy()
+        low, high = bootstrap_ci(known, seed=seed)
+        rows.append(
+            {
+                "model": model,
+                "kind": kind,
+                "known_share": float(known.mean()),
+                "ci_low": low,
+                "ci_high": high,
+                "n": len(known),
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["model", "kind", "known_share", "ci_low", "ci_high", "n"]
     )

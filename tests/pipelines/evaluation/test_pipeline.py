@@ -111,7 +111,12 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
     probes = evaluated.load("probes")
     params = {"generation": {"probe_types": []}, "bootstrap_seed": 0}
     metrics = compute_metrics(
-        scores, probes, failed, evaluated.load("joint_dropped_probes"), params
+        scores,
+        probes,
+        failed,
+        evaluated.load("joint_dropped_probes"),
+        evaluated.load("premise_knowledge"),
+        params,
     )
     got = metrics[
         (metrics["method"] == "ROME")

@@ -40,6 +40,7 @@ from kebench.scoring.metrics import (
     per_edit_consistency,
     probe_outcomes,
 )
+from kebench.scoring.premises import known_probes, known_share, premise_knowledge
 from kebench.scoring.report import (
     headline_table,
     plot_consistency_distribution,
@@ -92,6 +93,22 @@ def score_base_probes(
     )
     scores = score_pass(model, edited, "", _settings(params))
     return scores.assign(probe_id=edited["probe_id"].to_numpy())
+
+
+def score_premise_knowledge(
+    model: LoadedModel,
+    premise_probes: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """Whether the base model knows each premise of the edited cases' probes."""
+    premises = premise_probes[premise_probes["case_id"].isin(selected_edits["case_id"])]
+    logger.info(
+        "scoring %d premises (%d distinct) under the base model",
+        len(premises),
+        len(premises.drop_duplicates(["prompt", "answer"])),
+    )
+    return premise_knowledge(model, premises, model.name, params["batch_size"])
 
 
 def find_joint_drops(
@@ -204,22 +221,39 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
 
 
-def compute_metrics(
+def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probe_scores: pd.DataFrame,
     probes: pd.DataFrame,
     failed_edits: pd.DataFrame,
     joint_dropped_probes: pd.DataFrame,
+    premise_knowledge: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """Every metric per (model, method, risk, probe_type), with protocol, population
     (``ok_edits``; ``itt``, where the failed edits count as failures, on the probes
-    joint scoring kept), 95% CI over edits, and n."""
+    joint scoring kept), 95% CI over edits, and n; also over the probes whose premises
+    the base model knows (``*_known``), and the share of known premises."""
     failed = failed_outcomes(probes, failed_edits, params["generation"]["probe_types"])
     keys = ["method", "probe_id"]
     dropped = pd.MultiIndex.from_frame(joint_dropped_probes[keys])
     failed = failed[~pd.MultiIndex.from_frame(failed[keys]).isin(dropped)]
+    seed = int(params["bootstrap_seed"])
     table = metrics_table(
-        probe_outcomes(probe_scores), seed=int(params["bootstrap_seed"]), failed=failed
+        probe_outcomes(probe_scores),
+        seed=seed,
+        failed=failed,
+        known=known_probes(premise_knowledge, probes),
+    )
+    shares = known_share(premise_knowledge, seed).assign(
+        method="unedited",
+        risk="all",
+        metric="premises_known",
+        protocol="prob",
+        population="ok_edits",
+    )
+    table = pd.concat(
+        [table, shares.rename(columns={"kind": "probe_type", "known_share": "value"})],
+        ignore_index=True,
     )
     return METRICS.validate(table.reindex(columns=list(METRICS.columns)))
 

@@ -11,6 +11,7 @@ from kebench.pipelines.evaluation.nodes import (
     list_failed_edits,
     plan_score_shards,
     score_base_probes,
+    score_premise_knowledge,
     score_probe_shards,
     select_edits,
     track_metrics,
@@ -33,6 +34,17 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs=["model", "probes", "selected_edits", "params:evaluation"],
                 outputs="base_probe_scores",
                 name="score_base_probes",
+            ),
+            Node(
+                func=score_premise_knowledge,
+                inputs=[
+                    "model",
+                    "premise_probes",
+                    "selected_edits",
+                    "params:evaluation",
+                ],
+                outputs="premise_knowledge",
+                name="score_premise_knowledge",
             ),
             Node(
                 func=find_joint_drops,
@@ -88,6 +100,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "probes",
                     "failed_edits",
                     "joint_dropped_probes",
+                    "premise_knowledge",
                     "params:evaluation",
                 ],
                 outputs="metrics",
