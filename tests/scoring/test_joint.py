@@ -124,7 +124,9 @@ def test_the_report_names_its_population_and_counts_the_drops():
     assert headline["EditSucc (direct)"].tolist() == [0.5]
     assert headline["Locality"].tolist() == [0.9]  # locality has no itt form
     drops = joint_drops(manifest("batch", ["b1", "b1", "b2"]), PROBES, REWRITTEN)
-    markdown = report_markdown(headline, pd.DataFrame(), drop_counts(drops), "t", "itt")
+    markdown = report_markdown(
+        headline, pd.DataFrame(), drop_counts(drops), "t", "itt", semantics="paper"
+    )
     assert "Population of EditSucc, Consistency and the gap: `itt`" in markdown
     assert "| MEMIT | batch | locality | other_edit_fact | 1 |" in markdown
     assert "| m | MEMIT | counterfactual | 50.0 [50.0, 50.0] (n=2) |" in markdown

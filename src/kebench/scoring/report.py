@@ -12,6 +12,9 @@ HEADLINE = [
     ("entailed", "consistency", "Consistency (entailed)"),
     ("direct-entailed", "gap", "Gap"),
     ("locality", "locality", "Locality"),
+    # the same over what the base model knows (docs/evaluation.md, known premises)
+    ("direct", "edit_succ_known", "EditSucc (known fact)"),
+    ("entailed", "consistency_known", "Consistency (known premises)"),
 ]
 
 
@@ -55,19 +58,27 @@ def _cell(row: pd.Series, label: str) -> str:
     )
 
 
-def report_markdown(
+def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     headline: pd.DataFrame,
     failures: pd.DataFrame,
     drops: pd.DataFrame,
     title: str,
     population: str,
+    *,
+    semantics: str,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
-    (``drops``: ``kebench.scoring.evaluate.drop_counts``)."""
+    (``drops``: ``kebench.scoring.evaluate.drop_counts``). ``semantics``: how the
+    entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md)."""
     labels = [label for *_, label in HEADLINE]
     lines = [
         f"# {title}",
+        "",
+        f"Entailed probes: `{semantics}` semantics (docs/qa_generation.md). The "
+        "*known* columns keep only the edits whose original fact, and the entailed "
+        "probes whose premises, the base model knows (it prefers the KG's answer over "
+        "the relation's other answers).",
         "",
         f"Population of EditSucc, Consistency and the gap: `{population}` "
         f"({POPULATION_TEXT[population]}); locality: `ok_edits`. `metrics.csv` has "

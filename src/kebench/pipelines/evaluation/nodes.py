@@ -258,6 +258,12 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     return METRICS.validate(table.reindex(columns=list(METRICS.columns)))
 
 
+def consequence_semantics(entailed_facts: pd.DataFrame) -> str:
+    """How the entailed probes were derived (``entailed_facts.semantics``)."""
+    found = sorted(set(entailed_facts["semantics"]))
+    return "+".join(found) if found else "none (no entailed facts)"
+
+
 def list_failed_edits(selected_edits: pd.DataFrame) -> pd.DataFrame:
     """The failed edits, left out of the ``ok_edits`` metrics and counted as failures
     in the ``itt`` ones, with their reasons."""
@@ -267,11 +273,12 @@ def list_failed_edits(selected_edits: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def build_report(
+def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     metrics: pd.DataFrame,
     probe_scores: pd.DataFrame,
     failed_edits: pd.DataFrame,
     joint_dropped_probes: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
     params: dict[str, Any],
 ) -> tuple[str, pd.DataFrame, Figure, Figure]:
     """The markdown report, its headline table (in the population
@@ -285,6 +292,7 @@ def build_report(
         drop_counts(joint_dropped_probes),
         "kebench evaluation",
         population,
+        semantics=consequence_semantics(entailed_facts),
     )
     return (
         markdown,
@@ -296,15 +304,18 @@ def build_report(
 
 def describe_run(
     model: LoadedModel,
+    entailed_facts: pd.DataFrame,
     selected_edits: pd.DataFrame,
     edit_hparams: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """What the run evaluated: model, methods, mode, and each method's hparams."""
+    """What the run evaluated: model, methods, mode, the entailed probes' semantics,
+    and each method's hparams."""
     methods = sorted(selected_edits["method"].unique())
     return {
         "model": model.name,
         "methods": "+".join(methods),
         "mode": selected_edits["mode"].iloc[0],
+        "consequence_semantics": consequence_semantics(entailed_facts),
         "hparams": {m: edit_hparams.get(hparams_name(m), {}) for m in methods},
     }
 

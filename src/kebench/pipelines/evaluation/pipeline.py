@@ -119,6 +119,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "probe_scores",
                     "failed_edits",
                     "joint_dropped_probes",
+                    "entailed_facts",
                     "params:evaluation",
                 ],
                 outputs=[
@@ -131,7 +132,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=describe_run,
-                inputs=["model", "selected_edits", "edit_hparams"],
+                inputs=["model", "entailed_facts", "selected_edits", "edit_hparams"],
                 outputs="run_params",
                 name="describe_run",
             ),
