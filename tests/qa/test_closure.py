@@ -157,7 +157,11 @@ def test_one_alumnus_does_not_move_a_university(share, status):
     assert found[("Obama only school", "country")][2] == "entailed"
     if status == "contested":
         harvard = facts[facts["subject_label"] == "Harvard University"].iloc[0]
-        assert harvard["reason"].startswith("2 of 3 groundings of Ralm")
+        assert harvard["reason"].startswith("independent groundings: 2 of 3 ")
+        assert "of Ralm" in harvard["reason"]
+        assert report["not_probed_by_reason"] == {
+            "contested": {"independent groundings": 1}
+        }
         assert report["status"]["contested"] == 1
 
 

@@ -361,8 +361,9 @@ class EditedWorld:
             share = against / (against + len(own))
             if against and share >= self.settings.contest_share:
                 return "contested", (
-                    f"{against} of {against + len(own)} groundings of {rule_id} "
-                    "that do not use the edit conclude another value"
+                    f"independent groundings: {against} of {against + len(own)} "
+                    f"groundings of {rule_id} do not use the edit and conclude another "
+                    "value"
                 )
         return "entailed", None
 
@@ -390,12 +391,11 @@ class EditedWorld:
         else:
             self.notes["closure did not reach a fixpoint"] += 1
         self._mark_stale(derived)
-        edit_subjects = {e.subject for e in edits}
         result = []
         for item in derived.values():
             if item.grounding is None:
                 continue
-            item.chain = self._chain(item, derived, edit_subjects)
+            item.chain = self._chain(item, derived)
             item.premises = self._premises(item, derived)
             result.append(item)
         return result
@@ -431,7 +431,6 @@ class EditedWorld:
         self,
         item: DerivedFact,
         derived: dict[Fact, DerivedFact],
-        edit_subjects: set[str],
     ) -> list[tuple[str, str, str]] | None:
         """How the fact's subject is reached from the edited subject (see verbaliser)."""
         grounding = item.grounding

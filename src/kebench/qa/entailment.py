@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -233,12 +232,8 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two se
 
 
 def reason_kind(reason: str) -> str:
-    """A reason without its particulars (values, counts), to count reasons by kind."""
-    return (
-        reason.split(":", maxsplit=1)[0]
-        if ":" in reason
-        else re.sub(r"\d+", "N", reason)
-    )
+    """A reason without its particulars: the text before its colon."""
+    return reason.split(":", maxsplit=1)[0]
 
 
 def template_questions(
