@@ -197,14 +197,8 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two se
             }
             for status, part in not_probed.groupby("status")
         },
-        "top_rules_not_probed": {
-            rule: int(n)
-            for rule, n in not_probed["rule_id"].value_counts().head(10).items()
-        },
-        "top_rules_entailed": {
-            rule: int(n)
-            for rule, n in probed["rule_id"].value_counts().head(10).items()
-        },
+        "top_rules_not_probed": top_rules(not_probed, rules),
+        "top_rules_entailed": top_rules(probed, rules),
         "consequences_per_edit": {
             "mean": round(float(per_edit.mean()), 3),
             "max": int(per_edit.max()),
@@ -229,6 +223,23 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two se
         len(report["rules_used"]),
     )
     return frame, report
+
+
+def top_rules(facts: pd.DataFrame, rules: pd.DataFrame, n: int = 10) -> list[dict]:
+    """The ``n`` rules with most of ``facts``: id, AMIE's text of the rule, count."""
+    text = (
+        dict(
+            zip(
+                rules["rule_id"], rules["amie_line"].str.split("\t").str[0], strict=True
+            )
+        )
+        if "amie_line" in rules
+        else {}
+    )
+    return [
+        {"rule_id": rule, "rule": text.get(rule, ""), "count": int(count)}
+        for rule, count in facts["rule_id"].value_counts().head(n).items()
+    ]
 
 
 def reason_kind(reason: str) -> str:
