@@ -190,6 +190,11 @@ def test_exclusions_table_report_and_mlflow_keys():
     assert "1 disjoint, 1 shared" in report and "1 locality probes" in report
     assert "- ROME: 1 × no entailed probes" in report
     assert "| ROME | margin | 0.90 [0.70, 1.00] | 1 | 3 | 2 |" in report
+    assert "headline is not computed" not in report
+    shared = table.assign(held_out="shared")
+    assert "headline is not computed" in mitigation_markdown(
+        shared, tamper, excluded, ROLES
+    )
     keys = set(tracked_metrics(table, tamper)["ROME"])
     assert {"disjoint.gap_closure", "disjoint.n_locality_dropped"} <= keys
     assert "tamper_unseen.margin.auroc" in keys

@@ -127,6 +127,12 @@ def mitigation_markdown(
             f"[{100 * row.locality_cost_ci_low:.1f}, "
             f"{100 * row.locality_cost_ci_high:.1f}] | {row.n_excluded} |"
         )
+    if HELD_OUT[0] not in set(metrics["held_out"]):
+        lines += [
+            "",
+            f"No mitigated edit has `{HELD_OUT[0]}` held-out probes: the headline is "
+            "not computed on this run.",
+        ]
     lines += _dropped_lines(roles)
     reasons = excluded.groupby(["method", "reason"]).size()
     if len(reasons):
