@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
+from kebench.editing.methods.ike import joint_prefix
 from kebench.models.loading import LoadedModel
 from kebench.scoring.evaluate import EditedShard
 from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
@@ -299,9 +300,8 @@ def edit_drift(
             with ExitStack() as stack:
                 for delta in deltas:
                     stack.enter_context(delta_applied(lm.model, delta))
-                edited = measure_capability(
-                    lm, sets, "".join(d.prefix for d in deltas), batch_size
-                )
+                # several IKE edits make one prefix, never glued ones
+                edited = measure_capability(lm, sets, joint_prefix(deltas), batch_size)
             row = {
                 "ppl_base": base.perplexity,
                 "ppl_edit": edited.perplexity,
