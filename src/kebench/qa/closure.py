@@ -41,6 +41,7 @@ from kebench.qa.consequences import (
     EditedFact,
     EntailedFact,
     KgIndex,
+    solve,
     subject_chain,
 )
 
@@ -151,35 +152,6 @@ class _World:
                 yield s, relation, o
 
 
-def _solve(
-    atoms: Sequence[Atom], bindings: dict[str, str], world: _World
-) -> Iterator[dict[str, str]]:
-    """Every extension of ``bindings`` under which all ``atoms`` hold in ``world``."""
-    if not atoms:
-        yield bindings
-        return
-    # an atom with a bound variable first: the others would scan a whole relation
-    first = next(
-        (i for i, (sv, _, ov) in enumerate(atoms) if sv in bindings or ov in bindings),
-        0,
-    )
-    (s_var, relation, o_var) = atoms[first]
-    rest = [*atoms[:first], *atoms[first + 1 :]]
-    s, o = bindings.get(s_var), bindings.get(o_var)
-    if s is not None and o is not None:
-        pairs = [(s, o)] if o in world.objects(s, relation) else []
-    elif s is not None:
-        pairs = [(s, obj) for obj in sorted(world.objects(s, relation))]
-    elif o is not None:
-        pairs = [(subj, o) for subj in sorted(world.subjects(o, relation))]
-    else:  # closed rules of three atoms never need this
-        pairs = [(f[0], f[2]) for f in world.facts(relation)]
-    for subj, obj in pairs:
-        if s_var == o_var and subj != obj:
-            continue
-        yield from _solve(rest, {**bindings, s_var: subj, o_var: obj}, world)
-
-
 def _bind(atom: Atom, bindings: dict[str, str]) -> Fact:
     s, r, o = atom
     return bindings.get(s, s), r, bindings.get(o, o)
@@ -224,7 +196,7 @@ class EditedWorld:
                 if atom_relation != relation or s_var == o_var:
                     continue
                 rest = atoms[:index] + atoms[index + 1 :]
-                found = _solve(rest, {s_var: subject, o_var: obj}, world)
+                found = solve(rest, {s_var: subject, o_var: obj}, world)
                 for count, bindings in enumerate(found):
                     if count >= self.settings.max_groundings_per_rule:
                         self.notes["groundings capped per rule"] += 1
@@ -246,7 +218,7 @@ class EditedWorld:
         head_s, _, head_o = grounding.head_atom
         subject = dict(grounding.bindings)[head_s]
         against = 0
-        for bindings in _solve(grounding.atoms, {head_s: subject}, world):
+        for bindings in solve(grounding.atoms, {head_s: subject}, world):
             premises = [_bind(a, bindings) for a in grounding.atoms]
             if not any(world.is_changed(p) for p in premises):
                 against += bindings.get(head_o, head_o) != value

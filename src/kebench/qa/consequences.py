@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
 
@@ -111,6 +112,11 @@ class EditedKg:
             return objects
         return (objects - {self.edit.old, self.edit.new}) | {self._value}
 
+    def facts(self, relation: str) -> Iterator[Atom]:
+        for subject in sorted(self.kg.forward.get(relation, {})):
+            for obj in sorted(self.objects(subject, relation)):
+                yield subject, relation, obj
+
     def subjects(self, obj: str, relation: str) -> set[str]:
         found = set(self.kg.subjects(obj, relation))
         if self.edit is not None and relation == self.edit.relation:
@@ -137,31 +143,43 @@ def _bind(atom: Atom, bindings: dict[str, str]) -> Atom:
     return (bindings.get(s, s), r, bindings.get(o, o))
 
 
-def _solve(
-    atoms: Sequence[Atom], bindings: dict[str, str], kg: EditedKg
+class World(Protocol):
+    """What ``solve`` reads: a KG as it stands in one world."""
+
+    def objects(self, subject: str, relation: str) -> set[str]: ...
+
+    def subjects(self, obj: str, relation: str) -> set[str]: ...
+
+    def facts(self, relation: str) -> Iterator[Atom]: ...
+
+
+def solve(
+    atoms: Sequence[Atom], bindings: dict[str, str], world: World
 ) -> Iterator[dict[str, str]]:
-    """Every extension of ``bindings`` under which all ``atoms`` hold in ``kg``."""
+    """Every extension of ``bindings`` under which all ``atoms`` hold in ``world``."""
     if not atoms:
         yield bindings
         return
-    (s_var, relation, o_var), rest = atoms[0], atoms[1:]
+    # an atom with a bound variable first: the others would scan a whole relation
+    first = next(
+        (i for i, (sv, _, ov) in enumerate(atoms) if sv in bindings or ov in bindings),
+        0,
+    )
+    s_var, relation, o_var = atoms[first]
+    rest = [*atoms[:first], *atoms[first + 1 :]]
     s, o = bindings.get(s_var), bindings.get(o_var)
     if s is not None and o is not None:
-        candidates = [(s, o)] if o in kg.objects(s, relation) else []
+        pairs = [(s, o)] if o in world.objects(s, relation) else []
     elif s is not None:
-        candidates = [(s, obj) for obj in sorted(kg.objects(s, relation))]
+        pairs = [(s, obj) for obj in sorted(world.objects(s, relation))]
     elif o is not None:
-        candidates = [(subj, o) for subj in sorted(kg.subjects(o, relation))]
-    else:  # an atom sharing no bound variable: closed rules of 3 atoms never need it
-        candidates = [
-            (subj, obj)
-            for subj, objs in sorted(kg.kg.forward.get(relation, {}).items())
-            for obj in sorted(objs)
-        ]
-    for subj, obj in candidates:
+        pairs = [(subj, o) for subj in sorted(world.subjects(o, relation))]
+    else:  # only when no atom shares a bound variable
+        pairs = [(f[0], f[2]) for f in world.facts(relation)]
+    for subj, obj in pairs:
         if s_var == o_var and subj != obj:
             continue
-        yield from _solve(rest, {**bindings, s_var: subj, o_var: obj}, kg)
+        yield from solve(rest, {**bindings, s_var: subj, o_var: obj}, world)
 
 
 @dataclass
@@ -199,7 +217,7 @@ class ConsequenceFinder:
                     continue
                 rest = atoms[:index] + atoms[index + 1 :]
                 seed = {s_var: edit.subject, o_var: value}
-                for count, bindings in enumerate(_solve(rest, seed, world)):
+                for count, bindings in enumerate(solve(rest, seed, world)):
                     if count >= self.max_per_rule:
                         break
                     derivations.append(

@@ -63,6 +63,21 @@ class Verbaliser:
     mquake: MquakeTemplates = field(default_factory=lambda: MquakeTemplates({}, {}))
     wording_used: Counter = field(default_factory=Counter)
 
+    @classmethod
+    def configured(
+        cls,
+        templates: Mapping[str, Mapping[str, str]],
+        relations: Mapping[str, Mapping[str, Any]],
+        mquake_templates_dir: str | Path | None,
+    ) -> Verbaliser:
+        """The verbaliser of the ``qa_generation`` parameters: its templates, P-ids
+        from ``relations`` and MQuAKE's templates where their folder exists."""
+        return cls(
+            templates=templates,
+            pid_of=pid_by_local_name(relations),
+            mquake=MquakeTemplates.from_dir(mquake_templates_dir),
+        )
+
     def noun(self, relation: str) -> str:
         """The relation as a noun phrase; camel-case splitting when it has no template."""
         if relation in self.templates:

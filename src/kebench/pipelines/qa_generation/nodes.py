@@ -14,7 +14,7 @@ from kebench.qa.entailment import (
     template_questions,
 )
 from kebench.qa.llm_questions import LlmQuestionWriter, LlmSettings, ResponseCache
-from kebench.qa.verbaliser import MquakeTemplates, Verbaliser, pid_by_local_name
+from kebench.qa.verbaliser import Verbaliser
 
 
 def derive_consequences(
@@ -46,10 +46,8 @@ def write_questions(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``entailed_questions``: a multi-hop question and cloze per consequence."""
-    verbaliser = Verbaliser(
-        templates=params["relation_templates"],
-        pid_of=pid_by_local_name(relations),
-        mquake=MquakeTemplates.from_dir(params["mquake_templates_dir"]),
+    verbaliser = Verbaliser.configured(
+        params["relation_templates"], relations, params["mquake_templates_dir"]
     )
     questions = template_questions(
         entailed_facts, edit_requests, verbaliser, params["max_questions_per_edit"]

@@ -19,7 +19,7 @@ from kebench.qa.probes import (
     probe_summary,
     unify_probes,
 )
-from kebench.qa.verbaliser import MquakeTemplates, Verbaliser, pid_by_local_name
+from kebench.qa.verbaliser import Verbaliser
 
 
 def collect_edit_probes(
@@ -102,10 +102,8 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 ) -> pd.DataFrame:
     """The facts each direct and entailed probe rests on, as cloze probes with the
     candidates the KG's answer must beat (scored on the base model in evaluation)."""
-    verbaliser = Verbaliser(
-        templates=qa_params["relation_templates"],
-        pid_of=pid_by_local_name(relations),
-        mquake=MquakeTemplates.from_dir(qa_params["mquake_templates_dir"]),
+    verbaliser = Verbaliser.configured(
+        qa_params["relation_templates"], relations, qa_params["mquake_templates_dir"]
     )
     settings = params["premises"]
     return premise_probes(
