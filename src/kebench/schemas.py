@@ -269,6 +269,8 @@ EDIT_DELTAS = pa.DataFrameSchema(
         "tensor_bytes": pa.Column(int, pa.Check.ge(0)),
         "wall_s": pa.Column(float, pa.Check.ge(0)),
         "fingerprint": pa.Column(str),
+        # The method's resolved hparams, as JSON (null in stores from before it).
+        "hparams": pa.Column(str, nullable=True),
     },
     checks=[
         pa.Check(

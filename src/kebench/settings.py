@@ -4,6 +4,7 @@ from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
 
 from kebench.hooks import UpstreamOutputsHook
+from kebench.models.registry import output_key
 
 HOOKS = (UpstreamOutputsHook(),)
 
@@ -12,5 +13,6 @@ CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
     # ${oc.env:KEBENCH_DATA_DIR,...} locates the reference data outside the repo.
-    "custom_resolvers": {"oc.env": oc.env},
+    # ${model_key:...} is the folder name of a model's outputs (docs/models.md).
+    "custom_resolvers": {"oc.env": oc.env, "model_key": output_key},
 }

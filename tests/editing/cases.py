@@ -47,9 +47,11 @@ def mquake_requests(data_dir: Path) -> list[EditRequest]:
 
 def project_hparams() -> dict[str, dict]:
     """Every method's hparams for the default model, from conf/base/hparams."""
-    return EditHparamsDataset(
-        str(PROJECT_ROOT / "conf" / "base" / "hparams"), MODEL
-    ).load()
+    return (
+        EditHparamsDataset(str(PROJECT_ROOT / "conf" / "base" / "hparams"), MODEL)
+        .load()
+        .own
+    )
 
 
 def output_change_at_key(

@@ -37,9 +37,11 @@ def gpt2(lm) -> LoadedModel:
 @pytest.fixture(scope="module")
 def gpt2_hparams() -> dict[str, dict]:
     """The gpt2-xl files, on layer 1 of the small model, with short runs."""
-    found = EditHparamsDataset(
-        str(PROJECT_ROOT / "conf" / "base" / "hparams"), "gpt2-xl"
-    ).load()
+    found = (
+        EditHparamsDataset(str(PROJECT_ROOT / "conf" / "base" / "hparams"), "gpt2-xl")
+        .load()
+        .own
+    )
     found["ROME"].update(
         layers=[LAYER], mom2_adjustment=False, context_template_length_params=[[3, 2]]
     )

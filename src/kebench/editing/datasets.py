@@ -8,34 +8,50 @@ from typing import Any
 import yaml
 from kedro.io import AbstractDataset, DatasetError
 
+from kebench.editing.hparams import HparamsFiles
 from kebench.editing.store import DeltaStore, EditOutcome
+from kebench.models.registry import hparams_key
 
 
-class EditHparamsDataset(AbstractDataset[None, dict[str, dict[str, Any]]]):
-    """Read-only: every method's hparams for one model, ``<path>/<METHOD>/<model>.yaml``.
+class EditHparamsDataset(AbstractDataset[None, HparamsFiles]):
+    """Read-only: every hparams file, ``<path>/<METHOD>/<model>.yaml``, and which
+    model's files apply to the run.
+
+    A method without a file for the model gets hparams derived from its architecture
+    and a reference model's files (``kebench.editing.hparams``); the model's own file
+    overrides the derived values key by key.
 
     Args:
         path: the hparams folder (``conf/base/hparams``).
-        model: the registry name of the model, e.g. ``smollm2-135m``.
+        model: ``--params model=``; its registry entry may name another model's files
+            (``hparams: llama3-8b`` for the Instruct variant).
+        registry: every configured model.
     """
 
     def __init__(
-        self, path: str, model: str, metadata: dict[str, Any] | None = None
+        self,
+        path: str,
+        model: str,
+        registry: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self._path = Path(path)
-        self._model = model
+        self._model = hparams_key(model, registry or {})
         self.metadata = metadata
 
-    def load(self) -> dict[str, dict[str, Any]]:
-        found = {}
-        for file in sorted(self._path.glob(f"*/{self._model}.yaml")):
-            values = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    def load(self) -> HparamsFiles:
+        found: dict[str, dict[str, dict[str, Any]]] = {}
+        for file in sorted(self._path.glob("*/*.yaml")):
+            try:
+                values = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as err:
+                raise DatasetError(f"{file}: not valid YAML ({err})") from err
             if not isinstance(values, dict):
                 raise DatasetError(f"{file}: expected a mapping of hparams")
-            found[file.parent.name] = values
-        return found
+            found.setdefault(file.stem, {})[file.parent.name] = values
+        return HparamsFiles(model=self._model, files=found)
 
-    def save(self, data: dict[str, dict[str, Any]]) -> None:
+    def save(self, data: HparamsFiles) -> None:
         raise DatasetError("hparams are configuration; kebench never writes them")
 
     def _describe(self) -> dict[str, Any]:

@@ -83,6 +83,14 @@ def run_until(model: nn.Module, batch: Batch) -> None:
         pass
 
 
+def by_position(value: torch.Tensor, batch_shape: torch.Size) -> torch.Tensor:
+    """``value`` as (batch, tokens, ...): OPT's decoder layers flatten the tokens of a
+    batch to (batch * tokens, d) around their MLP; other models keep them apart."""
+    if value.dim() == 2 and value.shape[0] == batch_shape[0] * batch_shape[1]:  # noqa: PLR2004 - a flattened (tokens, d) tensor
+        return value.view(*batch_shape[:2], value.shape[-1])
+    return value
+
+
 def first_tensor(output: object) -> torch.Tensor:
     """A module's output tensor (decoder layers may return tuples)."""
     return output[0] if isinstance(output, tuple) else output
@@ -107,8 +115,12 @@ def capture(  # noqa: PLR0913 - where and what to capture
 
     def hook_for(path: str) -> Callable:
         def hook(_module: nn.Module, args: tuple, output: object) -> None:
-            value = first_tensor(output) if outputs else args[0]
-            captured[path] = value[rows, cols].detach()
+            value = by_position(
+                first_tensor(output) if outputs else args[0], batch.ids.shape
+            )
+            # a model spread over GPUs: the module's device, not the inputs', holds it
+            at = value.device
+            captured[path] = value[rows.to(at), cols.to(at)].detach()
             if len(captured) == len(paths):
                 raise StopForward
 

@@ -129,10 +129,11 @@ def average_keys(
     captured = capture(
         lm.model, lookup.batch(lm), module_paths, lookup.rows, lookup.cols.to(lm.device)
     )
-    groups = torch.tensor(lookup.request_index, device=lm.device)
     keys = {}
     for path, values in captured.items():
-        total = torch.zeros(len(requests), values.shape[-1], device=lm.device)
+        # on the module's own device (a model spread over GPUs has several)
+        groups = torch.tensor(lookup.request_index, device=values.device)
+        total = torch.zeros(len(requests), values.shape[-1], device=values.device)
         total.index_add_(0, groups, values.float())
         keys[path] = total / len(templates)
     return keys

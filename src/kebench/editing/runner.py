@@ -234,6 +234,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                     else 0,
                     "wall_s": wall_s / len(unit),
                     "fingerprint": unit_fp,
+                    "hparams": json.dumps(job.raw_hparams, sort_keys=True),
                 }
                 order += 1
                 first_ok = position == 0 and not reason

@@ -24,7 +24,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kebench.datasets.atomic import atomic_path
-from kebench.editing.forward import Batch, StopForward, get_module, run_until
+from kebench.editing.forward import (
+    Batch,
+    StopForward,
+    by_position,
+    get_module,
+    run_until,
+)
 from kebench.editing.registry import EditContext
 from kebench.models.loading import LoadedModel
 
@@ -106,7 +112,8 @@ def accumulate_moments(
 
     def hook_for(path: str) -> object:
         def hook(_module: torch.nn.Module, args: tuple, _output: object) -> None:
-            keys = args[0][batch_state["mask"]].to(dtype)
+            mask = batch_state["mask"]
+            keys = by_position(args[0], mask.shape)[mask.to(args[0].device)].to(dtype)
             sums[path] = sums.get(path, 0) + keys.T @ keys
             seen = batch_state["seen"]
             seen.add(path)

@@ -39,6 +39,7 @@ ROW_COLUMNS = [
     "tensor_bytes",
     "wall_s",
     "fingerprint",
+    "hparams",
 ]
 
 

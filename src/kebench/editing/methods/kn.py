@@ -23,6 +23,7 @@ import torch
 from kebench.editing.delta import Delta, ParamDelta
 from kebench.editing.forward import (
     Batch,
+    by_position,
     frozen_below,
     get_module,
     logits_at,
@@ -40,7 +41,7 @@ class KNHyperParams(HyperParams):
     """KN's hparams: EasyEdit's keys, plus the module templates kebench needs.
 
     ``layers`` (kebench): the layers searched (default: all); ``max_neurons`` caps the
-    neurons edited, best first.
+    neurons edited, best first (null: no cap, as in EasyEdit).
     """
 
     rewrite_module_tmp: str
@@ -53,7 +54,7 @@ class KNHyperParams(HyperParams):
     adaptive_threshold: float = 0.2
     p: float = 0.4
     layers: list[int] = field(default_factory=list)
-    max_neurons: int = 20
+    max_neurons: int | None = 20
     context_template_length_params: list[list[int]] = field(
         default_factory=lambda: [[5, 3]]
     )
@@ -73,7 +74,8 @@ def attribution(
     state: dict[str, torch.Tensor] = {}
 
     def scale(_module: torch.nn.Module, args: tuple) -> tuple:
-        hidden = args[0]
+        flat = args[0]
+        hidden = by_position(flat, batch.ids.shape)
         activation = hidden[0, last].detach()
         scaled = (
             (alphas[:, None] * activation[None]).to(hidden.dtype).requires_grad_(True)
@@ -83,7 +85,8 @@ def attribution(
             hidden.shape[:2] + (1,), dtype=hidden.dtype, device=hidden.device
         )
         mask[:, last] = 1
-        return (hidden * (1 - mask) + mask * scaled[:, None, :],) + args[1:]
+        scaled_hidden = hidden * (1 - mask) + mask * scaled[:, None, :]
+        return (scaled_hidden.reshape(flat.shape),) + args[1:]
 
     handle = module.register_forward_pre_hook(scale)
     rows = torch.arange(steps, device=lm.device)

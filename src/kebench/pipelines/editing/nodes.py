@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 
 from kebench.compute.engine import ComputeSettings, run_shards
-from kebench.editing.registry import EditContext, hparams_name
+from kebench.editing.hparams import Architecture, HparamsFiles, resolve_all
+from kebench.editing.registry import EditContext, hparams_name, method_names
 from kebench.editing.requests import requests_from_probes
 from kebench.editing.runner import (
     EditJob,
@@ -34,6 +35,27 @@ def first_edits_per_risk(probes: pd.DataFrame, n_edits: int | str) -> pd.DataFra
         direct.drop_duplicates("case_id").groupby("risk", sort=False).head(int(n_edits))
     )
     return direct[direct["case_id"].isin(first_cases["case_id"])]
+
+
+def resolve_edit_hparams(
+    hparams_files: HparamsFiles,
+    model: LoadedModel,
+    model_families: dict[str, dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Every method's hparams for the model (its own file over values derived from its
+    architecture), and, per method, which keys were derived and from which reference."""
+    resolved = resolve_all(
+        method_names(),
+        hparams_files,
+        Architecture.of(model.model.config),
+        model_families,
+    )
+    values = {method: r.values for method, r in resolved.items()}
+    provenance = {
+        method: {"reference": r.reference, "derived": list(r.derived)}
+        for method, r in resolved.items()
+    }
+    return values, provenance
 
 
 def method_job(

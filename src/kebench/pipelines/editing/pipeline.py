@@ -2,14 +2,25 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from kebench.pipelines.editing.nodes import compute_edit_deltas, tabulate_edit_deltas
+from kebench.pipelines.editing.nodes import (
+    compute_edit_deltas,
+    resolve_edit_hparams,
+    tabulate_edit_deltas,
+)
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """probes (the direct ones; every one's KG fact, with entailed_facts, for IKE),
-    model, hparams -> edit_deltas + edit_manifest."""
+    """hparams files + the model's architecture -> edit_hparams; probes (the direct
+    ones; every one's KG fact, with entailed_facts, for IKE), model, edit_hparams ->
+    edit_deltas + edit_manifest."""
     return Pipeline(
         [
+            Node(
+                func=resolve_edit_hparams,
+                inputs=["hparams_files", "model", "params:model_families"],
+                outputs=["edit_hparams", "hparams_provenance"],
+                name="resolve_edit_hparams",
+            ),
             Node(
                 func=compute_edit_deltas,
                 inputs=[

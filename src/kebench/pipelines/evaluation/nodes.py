@@ -307,16 +307,24 @@ def describe_run(
     entailed_facts: pd.DataFrame,
     selected_edits: pd.DataFrame,
     edit_hparams: dict[str, dict[str, Any]],
+    hparams_provenance: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """What the run evaluated: model, methods, mode, the entailed probes' semantics,
-    and each method's hparams."""
+    each method's hparams, and which of them were derived from which reference."""
     methods = sorted(selected_edits["method"].unique())
+    provenance = {m: hparams_provenance.get(hparams_name(m), {}) for m in methods}
     return {
         "model": model.name,
         "methods": "+".join(methods),
         "mode": selected_edits["mode"].iloc[0],
         "consequence_semantics": consequence_semantics(entailed_facts),
         "hparams": {m: edit_hparams.get(hparams_name(m), {}) for m in methods},
+        "hparams_derived": {
+            m: ",".join(p.get("derived", [])) or "none" for m, p in provenance.items()
+        },
+        "hparams_reference": {
+            m: p.get("reference") or "none" for m, p in provenance.items()
+        },
     }
 
 

@@ -132,7 +132,13 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=describe_run,
-                inputs=["model", "entailed_facts", "selected_edits", "edit_hparams"],
+                inputs=[
+                    "model",
+                    "entailed_facts",
+                    "selected_edits",
+                    "edit_hparams",
+                    "hparams_provenance",
+                ],
                 outputs="run_params",
                 name="describe_run",
             ),

@@ -1,0 +1,223 @@
+"""Each method's hparams for any model: its file, over values derived from the architecture.
+
+A model with ``conf/base/hparams/<METHOD>/<model>.yaml`` for every method needs nothing
+here. For any other model, the family of its config's ``model_type`` (``model_families``
+in ``conf/base/parameters/model_families.yml``) gives:
+
+    modules: the family's module paths (the MLP's output projection that ROME, MEMIT
+        and KN rewrite, the decoder layers, ...), which replace the reference's;
+    reference: a model with published hparams files (EasyEdit's values), whose every
+        other value carries over: the v* optimisation, clamps, covariance settings.
+
+Layers follow the depth rule: a published layer l of a reference with L_ref layers sits
+at round(l * (L - 1) / (L_ref - 1)) of a model with L layers; a published window of
+consecutive layers (MEMIT's) keeps its first and last layer by that rule and every layer
+between. At the reference's own depth the rule is the identity.
+
+A model's own file overrides the derived values key by key, so a file that sets only
+``layers`` keeps everything else derived.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kebench.editing.registry import HparamsError, hparams_name
+
+logger = logging.getLogger(__name__)
+
+# Keys that hold a module path template, and the suffix FT's template adds (FT names
+# the weight parameter, the others the module).
+MODULE_KEYS = (
+    "rewrite_module_tmp",
+    "layer_module_tmp",
+    "mlp_module_tmp",
+    "attn_module_tmp",
+    "ln_f_module",
+    "lm_head_module",
+)
+WEIGHT_SUFFIX = ".weight"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What the derivation needs of a model's config."""
+
+    model_type: str
+    n_layers: int
+
+    @classmethod
+    def of(cls, config: object) -> Architecture:
+        """From a transformers config (``num_hidden_layers`` or GPT-2's ``n_layer``)."""
+        text = getattr(config, "text_config", None)
+        source = text if text is not None and not hasattr(config, "n_layer") else config
+        for key in ("num_hidden_layers", "n_layer", "num_layers"):
+            value = getattr(source, key, None)
+            if isinstance(value, int):
+                return cls(str(config.model_type), value)
+        raise HparamsError(
+            f"config of model_type {config.model_type!r} does not say how many layers "
+            "it has (num_hidden_layers / n_layer)"
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedHparams:
+    """One method's hparams for one model, and where each value came from.
+
+    Attributes:
+        values: the hparams, ready for the method's ``from_dict``.
+        derived: the keys whose value was derived (not set in the model's own file).
+        reference: the model whose published values were the base (None: file only).
+    """
+
+    values: dict[str, Any]
+    derived: tuple[str, ...] = ()
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class HparamsFiles:
+    """Every hparams file of the project, and which model's apply to this run.
+
+    Attributes:
+        model: the stem of the run model's files (``gpt2-xl``), or its model key.
+        files: stem -> method -> the file's values.
+    """
+
+    model: str
+    files: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def own(self) -> dict[str, dict[str, Any]]:
+        """The model's own files, by method (copies: callers may adjust them)."""
+        return {m: dict(v) for m, v in self.files.get(self.model, {}).items()}
+
+
+def family_of(
+    architecture: Architecture, families: Mapping[str, Mapping[str, Any]]
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The family whose ``model_types`` include the architecture's, if any."""
+    for name, family in families.items():
+        if architecture.model_type in family.get("model_types", [name]):
+            return name, family
+    return None
+
+
+def scale_layers(layers: Sequence[int], n_reference: int, n_layers: int) -> list[int]:
+    """Published ``layers`` of an ``n_reference``-layer model, moved to ``n_layers``
+    layers by the depth rule (the module docstring); a window stays a window."""
+    if not layers:
+        return []
+
+    def place(layer: int) -> int:
+        if n_reference <= 1:
+            return 0
+        return min(
+            n_layers - 1, max(0, round(layer * (n_layers - 1) / (n_reference - 1)))
+        )
+
+    ordered = sorted(int(layer) for layer in layers)
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return list(range(place(ordered[0]), place(ordered[-1]) + 1))
+    return sorted({place(layer) for layer in ordered})
+
+
+def derive_hparams(
+    architecture: Architecture,
+    family: Mapping[str, Any],
+    reference_values: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The method's hparams for ``architecture`` from its family and the reference's
+    published values (``reference_values``, the reference model's file)."""
+    values = dict(reference_values)
+    for key in MODULE_KEYS:
+        if key in values and key in family["modules"]:
+            template = str(family["modules"][key])
+            if str(values[key]).endswith(WEIGHT_SUFFIX):
+                template += WEIGHT_SUFFIX
+            values[key] = template
+    if "layers" in values:
+        values["layers"] = scale_layers(
+            values["layers"], int(family["reference_layers"]), architecture.n_layers
+        )
+    if "v_loss_layer" in values:
+        values["v_loss_layer"] = architecture.n_layers - 1
+    return values
+
+
+def resolve_hparams(
+    method: str,
+    files: HparamsFiles,
+    architecture: Architecture,
+    families: Mapping[str, Mapping[str, Any]],
+) -> ResolvedHparams:
+    """``method``'s hparams for the run's model: its own file over the derived values.
+
+    Args:
+        method: e.g. ``ROME`` or ``easyedit:ROME`` (which reads ROME's).
+        files: the project's hparams files.
+        architecture: the model's type and depth.
+        families: ``model_families``.
+    """
+    name, model = hparams_name(method), files.model
+    own = files.own.get(name, {})
+    found = family_of(architecture, families)
+    if found is None:
+        if own:
+            return ResolvedHparams(values=own)
+        raise HparamsError(
+            f"no hparams for {name} on {model}: there is no "
+            f"conf/base/hparams/{name}/<model>.yaml for it, and its model_type "
+            f"{architecture.model_type!r} is in no family of model_families (families: "
+            f"{sorted(families)}); add a family (docs/models.md) or an hparams file"
+        )
+    family_name, family = found
+    reference = str(family["reference"])
+    published = files.files.get(reference, {}).get(name)
+    if published is None:
+        if own:
+            return ResolvedHparams(values=own)
+        raise HparamsError(
+            f"no hparams for {name} on {model}: family {family_name!r} takes its values "
+            f"from {reference!r}, which has no conf/base/hparams/{name}/{reference}.yaml"
+        )
+    derived = derive_hparams(architecture, family, published)
+    values = {**derived, **own}
+    return ResolvedHparams(
+        values=values,
+        derived=tuple(sorted(key for key in derived if key not in own)),
+        reference=reference,
+    )
+
+
+def resolve_all(
+    methods: Sequence[str],
+    files: HparamsFiles,
+    architecture: Architecture,
+    families: Mapping[str, Mapping[str, Any]],
+) -> dict[str, ResolvedHparams]:
+    """The resolved hparams of every method that has them for the model (a method
+    with neither a file nor a derivation is left out), logging what was derived."""
+    resolved = {}
+    for method in methods:
+        try:
+            result = resolve_hparams(method, files, architecture, families)
+        except HparamsError as err:
+            logger.debug("%s", err)
+            continue
+        if result.derived:
+            logger.info(
+                "%s on %s: derived from %s's published values (%s, %d layers): %s",
+                hparams_name(method),
+                files.model,
+                result.reference,
+                architecture.model_type,
+                architecture.n_layers,
+                ", ".join(f"{key}={result.values[key]}" for key in result.derived),
+            )
+        resolved[hparams_name(method)] = result
+    return resolved

@@ -1,0 +1,170 @@
+"""Every supported family, on a tiny random checkpoint of its real transformers class.
+
+For each family: the folder loads as ``--params model=<folder>``; the hparams derived
+from its architecture name real modules; every weight method edits, changes the output
+and reverts bit-exactly; the batched scorer, left- and right-padded, equals a plain
+forward pass over the joint text, whose answer tokens are found by character offsets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kebench.editing.datasets import EditHparamsDataset
+from kebench.editing.delta import apply_delta, revert_delta
+from kebench.editing.forward import get_module
+from kebench.editing.hparams import Architecture, resolve_hparams
+from kebench.editing.registry import EditContext, get_method
+from kebench.models.loading import LoadedModel
+from kebench.models.registry import model_key
+from kebench.project import PROJECT_ROOT, load_config
+from kebench.scoring.logprobs import answer_text, score_answers
+from tests.editing.cases import demo_requests
+from tests.models.tiny import FAMILIES, build_checkpoint, load_checkpoint
+
+WEIGHT_METHODS = ("ROME", "MEMIT", "FT-L", "FT-M", "KN")
+# Short runs: these tests check mechanics, not edit quality.
+SHORT = {
+    "ROME": {
+        "v_num_grad_steps": 3,
+        "context_template_length_params": [[3, 2]],
+        "mom2_n_samples": 8,
+    },
+    "MEMIT": {
+        "v_num_grad_steps": 3,
+        "context_template_length_params": [[3, 2]],
+        "mom2_n_samples": 8,
+    },
+    "FT-L": {"num_steps": 3},
+    "FT-M": {"num_steps": 3},
+    "KN": {"steps": 4, "batch_size": 4},
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory, lm) -> dict[str, Path]:
+    """Every family's tiny checkpoint folder (SmolLM2's tokenizer for the BPE ones)."""
+    root = tmp_path_factory.mktemp("families")
+    return {
+        model_type: build_checkpoint(model_type, root / model_type, lm.tokenizer)
+        for model_type in FAMILIES
+    }
+
+
+_loaded: dict[str, LoadedModel] = {}
+
+
+def tiny(checkpoints: dict[str, Path], model_type: str) -> LoadedModel:
+    if model_type not in _loaded:
+        _loaded[model_type] = load_checkpoint(checkpoints[model_type])
+    return _loaded[model_type]
+
+
+def derived(lm: LoadedModel, method: str) -> dict:
+    """``method``'s hparams for the folder model: all derived (it has no file)."""
+    files = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"), lm.name
+    ).load()
+    families = load_config({})["parameters"]["model_families"]
+    resolved = resolve_hparams(
+        method, files, Architecture.of(lm.model.config), families
+    )
+    assert resolved.reference is not None and "layers" in resolved.derived
+    return resolved.values
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_a_checkpoint_folder_loads_under_its_model_key(checkpoints, model_type):
+    lm = tiny(checkpoints, model_type)
+    assert lm.model.config.model_type == model_type
+    assert lm.name == model_key(str(checkpoints[model_type]))
+    assert lm.tokenizer.pad_token_id is not None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_derived_hparams_name_the_families_real_modules(checkpoints, model_type):
+    lm = tiny(checkpoints, model_type)
+    n_layers = Architecture.of(lm.model.config).n_layers
+    for method in WEIGHT_METHODS:
+        values = derived(lm, method)
+        layers = values["layers"] or range(n_layers)  # KN: [] is every layer
+        assert all(0 <= layer < n_layers for layer in layers), (method, layers)
+        for layer in layers:
+            rewritten = values["rewrite_module_tmp"].format(layer)
+            if rewritten.endswith(".weight"):  # FT names the parameter
+                assert lm.model.get_parameter(rewritten).ndim == 2
+            else:
+                assert get_module(lm.model, rewritten).weight.ndim == 2
+            get_module(lm.model, values["layer_module_tmp"].format(layer))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("method", WEIGHT_METHODS)
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_every_weight_method_edits_and_reverts_bit_exactly(
+    checkpoints, tmp_path_factory, model_type, method
+):
+    lm = tiny(checkpoints, model_type)
+    entry = get_method(method)
+    hparams = entry.hparams.from_dict({**derived(lm, method), **SHORT[method]})
+    request = demo_requests()[0]
+    context = EditContext(
+        stats_dir=tmp_path_factory.getbasetemp() / "family_stats", pool=demo_requests()
+    )
+    base = {name: t.clone() for name, t in lm.model.state_dict().items()}
+    prompt = lm.tokenizer(request.text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        before = lm.model(input_ids=prompt).logits[0, -1]
+    delta = entry.compute(lm, [request], hparams, context)
+    assert delta.params and delta.is_finite()
+
+    applied = apply_delta(lm.model, delta)
+    changed = {
+        name
+        for name, t in lm.model.state_dict().items()
+        if not torch.equal(t, base[name])
+    }
+    with torch.no_grad():
+        after = lm.model(input_ids=prompt).logits[0, -1]
+    revert_delta(lm.model, applied)
+
+    assert changed and changed <= set(delta.params)
+    assert not torch.equal(after, before)  # the edit changes the model's answer
+    for name, tensor in lm.model.state_dict().items():
+        assert torch.equal(tensor, base[name]), name
+
+
+def joint_text_logprob(lm: LoadedModel, prompt: str, answer: str) -> float:
+    """log P(answer | prompt) from one unpadded pass over the joint text. The answer's
+    tokens are those whose characters start at or after the prompt's end (offsets)."""
+    joint = prompt + answer_text(prompt, answer)
+    encoded = lm.tokenizer(joint, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    first = next(
+        i for i, (start, end) in enumerate(offsets) if end > start >= len(prompt)
+    )
+    with torch.no_grad():
+        logits = lm.model(input_ids=torch.tensor([ids])).logits[0].double()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return float(sum(logprobs[i - 1, ids[i]] for i in range(first, len(ids))))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_batched_scorer_equals_the_joint_text(checkpoints, model_type, side):
+    lm = tiny(checkpoints, model_type)
+    requests = demo_requests()[:4]
+    prompts = [r.text for r in requests for _ in range(2)]
+    answers = [a for r in requests for a in (r.target_true, r.target_new)]
+    scores = score_answers(
+        lm.model, lm.tokenizer, prompts, answers, batch_size=3, padding_side=side
+    )
+    for score, prompt, answer in zip(scores, prompts, answers, strict=True):
+        expected = joint_text_logprob(lm, prompt, answer)
+        assert score.logprob == pytest.approx(expected, abs=1e-4), (prompt, answer)
