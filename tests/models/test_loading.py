@@ -18,7 +18,10 @@ from kebench.models.registry import (
     ModelError,
     ModelUnavailableError,
     gguf_location,
+    model_key,
     model_spec,
+    output_key,
+    resolve_model,
 )
 from tests.models.shared import MODEL, registry
 
@@ -176,3 +179,44 @@ def test_dataset_loads_once_and_is_read_only(lm):
     assert first.n_bytes == lm.n_bytes
     with pytest.raises(DatasetError, match="read-only"):
         dataset.save(first)
+
+
+def test_a_model_is_named_by_registry_name_hub_id_or_folder(tmp_path):
+    registry = {
+        "gpt2-xl": {"source": {"kind": "hub", "repo_id": "openai-community/gpt2-xl"}},
+    }
+    # a registered hub id is its registry entry (its hparams files apply)
+    assert resolve_model("openai-community/gpt2-xl", registry).name == "gpt2-xl"
+    assert output_key("openai-community/gpt2-xl", registry) == "gpt2-xl"
+    hub = resolve_model("Qwen/Qwen2.5-7B-Instruct", registry, {"dtype": "bfloat16"})
+    assert hub.name == "Qwen--Qwen2.5-7B-Instruct"
+    assert dict(hub.source) == {
+        "kind": "hub",
+        "repo_id": "Qwen/Qwen2.5-7B-Instruct",
+        "allow_download": True,
+    }
+    assert hub.dtype == "bfloat16" and not hub.trust_remote_code
+    folder = tmp_path / "my ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    local = resolve_model(str(folder), registry)
+    assert local.kind == "local" and local.source["path"] == str(folder.resolve())
+    assert local.name.startswith("my_ckpt-") and "/" not in local.name
+    # two folders of the same name get two keys
+    other = tmp_path / "elsewhere" / "my ckpt"
+    other.mkdir(parents=True)
+    assert model_key(str(other)) != local.name
+
+
+def test_a_model_that_cannot_be_had_says_what_was_tried(tmp_path):
+    with pytest.raises(ModelUnavailableError, match=r"does not exist.*config\.json"):
+        resolve_model(str(tmp_path / "absent"), {})
+    with pytest.raises(ModelUnavailableError, match="has no config.json"):
+        resolve_model(str(tmp_path), {})
+    with pytest.raises(ModelError, match=r"not a registry name.*not a Hugging Face id"):
+        resolve_model("no such model", {"smollm2-135m": {}})
+    offline = resolve_model("kebench-tests/absent", {}, {"allow_download": False})
+    with pytest.raises(
+        ModelUnavailableError, match=r"hf download kebench-tests/absent"
+    ):
+        load_model(offline, tmp_path)

@@ -12,6 +12,8 @@ from kebench.scoring.logprobs import (
     pad_batch,
     score_answers,
 )
+from tests.editing.cases import demo_requests
+from tests.models.tiny import sentencepiece_tokenizer
 
 PROMPTS = [
     "The capital of France is",
@@ -99,7 +101,10 @@ def test_leading_space_and_token_counts(lm):
     (no_space,) = score_answers(
         lm.model, lm.tokenizer, ["The capital of France is "], ["Paris"]
     )
-    assert with_space.answer_ids != no_space.answer_ids
+    # The joint texts are the same, so are the answer's tokens: a prompt's trailing
+    # space belongs to the answer's first token (" Paris").
+    assert with_space.answer_ids == no_space.answer_ids
+    assert with_space.logprob == pytest.approx(no_space.logprob, abs=1e-4)
     # The model knows the capital: the answer is its most likely next token.
     assert with_space.argmax_ids[0] == with_space.answer_ids[0]
 
@@ -123,3 +128,21 @@ def test_an_answer_past_the_context_is_refused(lm):
             ["Paris", " the capital" * limit],
         )
     assert error.value.index == 1
+
+
+def test_sentencepiece_answers_are_the_joint_texts_tokens():
+    """Llama-2-style SentencePiece: an answer tokenised alone after a space gets a
+    spurious "▁" token; its tokens in the joint text do not."""
+    tokenizer = sentencepiece_tokenizer()
+    request = demo_requests()[0]
+    prompt, answer = request.text, request.target_new
+    alone = tokenizer.convert_ids_to_tokens(
+        tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
+    )
+    assert alone[0] == "▁"  # the pitfall is real for this tokenizer
+    joint = tokenizer(f"{prompt} {answer}")["input_ids"]
+    for text in (prompt, prompt + " "):
+        prompt_ids, answer_ids = encode_pair(tokenizer, text, answer)
+        assert prompt_ids[0] == tokenizer.bos_token_id
+        assert prompt_ids + answer_ids == joint
+        assert tokenizer.convert_ids_to_tokens(answer_ids) == alone[1:]

@@ -78,8 +78,9 @@ def select_methods(spec: str | Sequence[str], available: Sequence[str]) -> list[
     missing = [name for name in names if hparams_name(name) not in available]
     if missing:
         raise ValueError(
-            f"no hparams for {missing} on this model (add conf/base/hparams/<METHOD>/"
-            f"<model>.yaml); methods with hparams: {sorted(available)}"
+            f"no hparams for {missing} on this model: no conf/base/hparams/<METHOD>/"
+            "<model>.yaml, and none derivable from its architecture (docs/models.md); "
+            f"methods with hparams: {sorted(available)}"
         )
     return names
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,11 +16,14 @@ import pytest
 import torch
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
+from mlflow.tracking import MlflowClient
 
 from kebench.editing.delta import load_delta
+from kebench.models.registry import model_key
 from kebench.schemas import EDIT_DELTAS
 from tests.helpers import copy_project
 from tests.models.shared import MODEL
+from tests.models.tiny import build_checkpoint
 
 OUTPUT = Path("data/07_model_output/demo") / MODEL
 # the first 2 edits of each of the demo's 3 risks (benign, misinformation, bias)
@@ -137,3 +141,49 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_p
         pd.read_parquet(root / OUTPUT / "edit_deltas.parquet")
     )
     assert len(manifest) == N_EDITS
+
+
+@pytest.mark.model
+def test_a_checkpoint_folder_without_hparams_files_runs_editing_and_evaluation(
+    project, lm
+):
+    """``--params model=<folder of a tiny Qwen2>,method=ROME+MEMIT``: no YAML names
+    it, so its hparams are derived from its architecture; the run ends with metrics
+    and the derived hparams in MLflow."""
+    folder = build_checkpoint(
+        "qwen2", project / "checkpoints" / "tiny-qwen2", lm.tokenizer
+    )
+    # The qwen2 family's reference (Qwen2.5-7B: EasyEdit's 100,000 covariance samples)
+    # would sample for minutes on CPU; SmolLM2's files (128 samples) stand in, so the
+    # derivation still runs: Qwen2 modules, the depth rule, the reference's values.
+    families = {"qwen2": {"reference": MODEL, "reference_layers": 30}}
+    run_session(
+        project,
+        ["editing", "evaluation"],
+        model=str(folder),
+        method="ROME+MEMIT",
+        n_edits=1,
+        model_families=families,
+    )
+    key = model_key(str(folder))
+    output = project / "data" / "07_model_output" / "demo" / key
+    manifest = EDIT_DELTAS.validate(pd.read_parquet(output / "edit_deltas.parquet"))
+    assert set(manifest["method"]) == {"ROME", "MEMIT"}
+    assert set(manifest["model"]) == {key}
+    rome = json.loads(manifest[manifest["method"] == "ROME"]["hparams"].iloc[0])
+    # SmolLM2's ROME layer 5 of 30 on 4 layers: 5 * 3 / 29 = 0.52 -> 1
+    assert rome["layers"] == [1]
+    assert rome["rewrite_module_tmp"] == "model.layers.{}.mlp.down_proj"
+    provenance = json.loads((output / "hparams_provenance.json").read_text())
+    assert provenance["ROME"]["reference"] == MODEL
+    assert "layers" in provenance["ROME"]["derived"]
+
+    client = MlflowClient()
+    (run,) = client.search_runs(
+        client.get_experiment_by_name("kebench").experiment_id,
+        filter_string=f"params.model = '{key}'",
+    )
+    assert "layers" in run.data.params["hparams_derived.ROME"].split(",")
+    assert run.data.params["hparams_reference.MEMIT"] == MODEL
+    for method in ("ROME", "MEMIT"):
+        assert any(m.startswith(f"evaluation.{method}.") for m in run.data.metrics)

@@ -1,0 +1,139 @@
+"""Hparams for any model: the depth rule, derivation from a reference, the own file on top."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from kebench.editing.datasets import EditHparamsDataset
+from kebench.editing.hparams import (
+    Architecture,
+    HparamsFiles,
+    resolve_all,
+    resolve_hparams,
+    scale_layers,
+)
+from kebench.editing.registry import HparamsError, get_method, method_names
+from kebench.project import PROJECT_ROOT, load_config
+
+HPARAMS = PROJECT_ROOT / "conf" / "base" / "hparams"
+
+
+@pytest.fixture(scope="module")
+def families() -> dict:
+    return load_config({})["parameters"]["model_families"]
+
+
+@pytest.fixture(scope="module")
+def project_files() -> HparamsFiles:
+    return EditHparamsDataset(str(HPARAMS), "my-model").load()
+
+
+def test_the_depth_rule_by_hand():
+    # at the reference's depth: the published layers themselves
+    assert scale_layers([17], 48, 48) == [17]
+    assert scale_layers([13, 14, 15, 16, 17], 48, 48) == [13, 14, 15, 16, 17]
+    # Llama-3-8B's ROME layer 5 of 32 on 16 layers: 5 * 15 / 31 = 2.42 -> 2
+    assert scale_layers([5], 32, 16) == [2]
+    # MEMIT's window 4..8 of 32 on 16 layers: ends 1.94 -> 2 and 3.87 -> 4, all between
+    assert scale_layers([4, 5, 6, 7, 8], 32, 16) == [2, 3, 4]
+    # a window on a deeper model stays a window: 3..8 of 28 on 48: 5.2 -> 5, 13.9 -> 14
+    assert scale_layers([3, 4, 5, 6, 7, 8], 28, 48) == list(range(5, 15))
+    # separate layers stay separate (and merge when they meet)
+    assert scale_layers([0, 21], 32, 16) == [0, 10]
+    assert scale_layers([0, 1], 32, 2) == [0]
+    assert scale_layers([], 32, 16) == []
+
+
+def file_values(method: str, model: str) -> dict:
+    return yaml.safe_load((HPARAMS / method / f"{model}.yaml").read_text())
+
+
+@pytest.mark.parametrize("method", ["ROME", "MEMIT", "FT-L", "FT-M", "KN", "IKE"])
+@pytest.mark.parametrize(
+    ("model_type", "n_layers", "reference"),
+    [("gpt2", 48, "gpt2-xl"), ("gptj", 28, "gpt-j-6b"), ("qwen2", 28, "qwen2.5-7b")],
+)
+def test_a_model_at_its_references_depth_gets_the_published_file(  # noqa: PLR0913, PLR0917
+    families, project_files, method, model_type, n_layers, reference
+):
+    resolved = resolve_hparams(
+        method, project_files, Architecture(model_type, n_layers), families
+    )
+    assert resolved.reference == reference
+    assert resolved.values == file_values(method, reference)
+    assert set(resolved.derived) == set(file_values(method, reference))
+
+
+def test_the_models_own_file_overrides_key_by_key(families):
+    files = HparamsFiles(
+        model="my-model",
+        files={
+            "my-model": {"ROME": {"layers": [2], "v_lr": 0.1}},
+            "qwen2.5-7b": {"ROME": file_values("ROME", "qwen2.5-7b")},
+        },
+    )
+    resolved = resolve_hparams("ROME", files, Architecture("qwen2", 12), families)
+    assert resolved.values["layers"] == [2]
+    assert resolved.values["v_lr"] == 0.1
+    assert "layers" not in resolved.derived and "v_lr" not in resolved.derived
+    # the rest is Qwen2.5-7B's, with the architecture's last layer
+    assert (
+        resolved.values["v_num_grad_steps"]
+        == file_values("ROME", "qwen2.5-7b")["v_num_grad_steps"]
+    )
+    assert resolved.values["v_loss_layer"] == 11
+    get_method("ROME").hparams.from_dict(resolved.values)
+
+
+def test_a_family_changes_the_module_paths_of_its_reference(families, project_files):
+    # OPT takes GPT-2 XL's values, on its own modules; FT names the weight parameter
+    arch = Architecture("opt", 12)
+    rome = resolve_hparams("ROME", project_files, arch, families).values
+    ft = resolve_hparams("FT-M", project_files, arch, families).values
+    assert rome["rewrite_module_tmp"] == "model.decoder.layers.{}.fc2"
+    assert ft["rewrite_module_tmp"] == "model.decoder.layers.{}.fc2.weight"
+    assert rome["layers"] == [round(17 * 11 / 47)]
+
+
+def test_an_unknown_architecture_without_a_file_is_a_clear_error(
+    families, project_files
+):
+    with pytest.raises(HparamsError, match=r"model_type 'mamba' is in no family"):
+        resolve_hparams("ROME", project_files, Architecture("mamba", 8), families)
+    # with its own file it runs as the file says
+    files = HparamsFiles("m", {"m": {"ROME": {"layers": [1]}}})
+    resolved = resolve_hparams("ROME", files, Architecture("mamba", 8), families)
+    assert resolved.values == {"layers": [1]} and resolved.derived == ()
+
+
+def test_every_method_resolves_for_every_family(families, project_files):
+    for family in families.values():
+        for model_type in family["model_types"]:
+            resolved = resolve_all(
+                method_names(), project_files, Architecture(model_type, 6), families
+            )
+            assert {"ROME", "MEMIT", "FT-L", "FT-M", "KN", "IKE"} <= set(resolved)
+            for method, result in resolved.items():
+                get_method(method).hparams.from_dict(result.values, method)
+
+
+def test_smollm2s_own_files_are_used_as_written(families):
+    files = EditHparamsDataset(str(HPARAMS), "smollm2-135m").load()
+    for method, result in resolve_all(
+        method_names(), files, Architecture("llama", 30), families
+    ).items():
+        own = file_values(method, "smollm2-135m")
+        assert {k: result.values[k] for k in own} == own
+        # what the file leaves out is the method's default, so nothing changes
+        defaults = get_method(method).hparams
+        for key in result.derived:
+            field = defaults.__dataclass_fields__[key]
+            assert result.values[key] == field.default, (method, key)
+
+
+def test_an_instruct_model_reads_its_base_models_files():
+    registry = load_config({})["catalog"]["model"]["registry"]
+    files = EditHparamsDataset(str(HPARAMS), "llama3-8b-instruct", registry).load()
+    assert files.model == "llama3-8b"
+    assert files.own["ROME"] == file_values("ROME", "llama3-8b")
