@@ -34,8 +34,9 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.datasets.edit_cases_dataset import EditCasesDataset
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import apply_delta, revert_delta, save_delta
+    from kebench.editing.hparams import Architecture, resolve_all
     from kebench.editing.quality import measure_edits
-    from kebench.editing.registry import EditContext, get_method
+    from kebench.editing.registry import EditContext, get_method, method_names
     from kebench.editing.requests import requests_from_frame
     from kebench.kg.edit_cases import RelationCatalog, parse_edit_cases
     from kebench.project import PROJECT_ROOT, load_config
@@ -124,12 +125,20 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         warmup=requests[-1],
         context=EditContext(stats_dir=models / "stats", pool=requests),
     )
-    hparams = EditHparamsDataset(
-        str(PROJECT_ROOT / "conf" / "base" / "hparams"), args.model
+    files = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"),
+        args.model,
+        config["catalog"]["model"]["registry"],
     ).load()
+    hparams = resolve_all(
+        method_names(),
+        files,
+        Architecture.of(lm.model.config),
+        config["parameters"]["model_families"],
+    )
     result = {}
     for method in args.methods.split("+"):
-        result[method.lower()] = measure(lm, method, hparams[method], work)
+        result[method.lower()] = measure(lm, method, hparams[method].values, work)
         logger.info("%s: %s", method, result[method.lower()])
     return result
 

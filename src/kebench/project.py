@@ -34,7 +34,7 @@ def load_config(
 def _relocate(
     entry: dict[str, Any], project_root: Path, output_root: Path
 ) -> dict[str, Any]:
-    # a PartitionedDataset's folder is "path" (edit_hparams' "path" is conf, left as is)
+    # a PartitionedDataset's folder is "path" (hparams_files' "path" is conf, left as is)
     partitioned = str(entry.get("path", "")).startswith("data/")
     key = "path" if partitioned else "filepath"
     filepath = entry.get(key)

@@ -51,13 +51,12 @@ class Architecture:
 
     @classmethod
     def of(cls, config: object) -> Architecture:
-        """From a transformers config (``num_hidden_layers`` or GPT-2's ``n_layer``)."""
-        text = getattr(config, "text_config", None)
-        source = text if text is not None and not hasattr(config, "n_layer") else config
-        for key in ("num_hidden_layers", "n_layer", "num_layers"):
-            value = getattr(source, key, None)
-            if isinstance(value, int):
-                return cls(str(config.model_type), value)
+        """From a transformers config: its depth, or its text model's (multimodal)."""
+        for source in (config, getattr(config, "text_config", None)):
+            for key in ("num_hidden_layers", "n_layer", "num_layers"):
+                value = getattr(source, key, None)
+                if isinstance(value, int):
+                    return cls(str(config.model_type), value)
         raise HparamsError(
             f"config of model_type {config.model_type!r} does not say how many layers "
             "it has (num_hidden_layers / n_layer)"
@@ -95,6 +94,27 @@ class HparamsFiles:
     def own(self) -> dict[str, dict[str, Any]]:
         """The model's own files, by method (copies: callers may adjust them)."""
         return {m: dict(v) for m, v in self.files.get(self.model, {}).items()}
+
+
+def describe_resolved(
+    methods: Sequence[str],
+    values: Mapping[str, Mapping[str, Any]],
+    provenance: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Run parameters of ``methods``' hparams: the values, which keys were derived
+    (``none``: all from the model's file) and from which reference model."""
+    names = {method: hparams_name(method) for method in methods}
+    return {
+        "hparams": {m: dict(values.get(name, {})) for m, name in names.items()},
+        "hparams_derived": {
+            m: ",".join(provenance.get(name, {}).get("derived", [])) or "none"
+            for m, name in names.items()
+        },
+        "hparams_reference": {
+            m: provenance.get(name, {}).get("reference") or "none"
+            for m, name in names.items()
+        },
+    }
 
 
 def family_of(

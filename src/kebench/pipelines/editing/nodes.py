@@ -9,7 +9,12 @@ from typing import Any
 import pandas as pd
 
 from kebench.compute.engine import ComputeSettings, run_shards
-from kebench.editing.hparams import Architecture, HparamsFiles, resolve_all
+from kebench.editing.hparams import (
+    Architecture,
+    HparamsFiles,
+    describe_resolved,
+    resolve_all,
+)
 from kebench.editing.registry import EditContext, hparams_name, method_names
 from kebench.editing.requests import requests_from_probes
 from kebench.editing.runner import (
@@ -56,6 +61,16 @@ def resolve_edit_hparams(
         for method, r in resolved.items()
     }
     return values, provenance
+
+
+def describe_edit_hparams(
+    edit_hparams: dict[str, dict[str, Any]],
+    hparams_provenance: dict[str, dict[str, Any]],
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """The selected methods' resolved hparams and their provenance, as run parameters."""
+    methods = select_methods(params["methods"], list(edit_hparams))
+    return describe_resolved(methods, edit_hparams, hparams_provenance)
 
 
 def method_job(

@@ -4,6 +4,7 @@ from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.editing.nodes import (
     compute_edit_deltas,
+    describe_edit_hparams,
     resolve_edit_hparams,
     tabulate_edit_deltas,
 )
@@ -20,6 +21,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs=["hparams_files", "model", "params:model_families"],
                 outputs=["edit_hparams", "hparams_provenance"],
                 name="resolve_edit_hparams",
+            ),
+            Node(
+                func=describe_edit_hparams,
+                inputs=["edit_hparams", "hparams_provenance", "params:editing"],
+                outputs="edit_run_params",
+                name="describe_edit_hparams",
             ),
             Node(
                 func=compute_edit_deltas,

@@ -16,7 +16,7 @@ from kebench.compute.engine import (
     pending_shards,
     run_shards,
 )
-from kebench.editing.registry import hparams_name
+from kebench.editing.hparams import describe_resolved
 from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
@@ -312,19 +312,12 @@ def describe_run(
     """What the run evaluated: model, methods, mode, the entailed probes' semantics,
     each method's hparams, and which of them were derived from which reference."""
     methods = sorted(selected_edits["method"].unique())
-    provenance = {m: hparams_provenance.get(hparams_name(m), {}) for m in methods}
     return {
         "model": model.name,
         "methods": "+".join(methods),
         "mode": selected_edits["mode"].iloc[0],
         "consequence_semantics": consequence_semantics(entailed_facts),
-        "hparams": {m: edit_hparams.get(hparams_name(m), {}) for m in methods},
-        "hparams_derived": {
-            m: ",".join(p.get("derived", [])) or "none" for m, p in provenance.items()
-        },
-        "hparams_reference": {
-            m: p.get("reference") or "none" for m, p in provenance.items()
-        },
+        **describe_resolved(methods, edit_hparams, hparams_provenance),
     }
 
 
