@@ -55,8 +55,8 @@ class ModelSpec:
         device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         memory_limit_gb: at most this much memory for the weights (a shared GPU).
         trust_remote_code: let transformers run the checkpoint's own Python (off).
-        hparams: the model whose ``conf/base/hparams/<METHOD>/<hparams>.yaml`` files
-            apply (an Instruct variant shares its base model's); default ``name``.
+        extra: the entry's other keys, e.g. ``hparams``: the model whose hparams files
+            apply (an Instruct variant shares its base model's; see ``hparams_key``).
     """
 
     name: str
@@ -65,13 +65,7 @@ class ModelSpec:
     device: str = "auto"
     memory_limit_gb: float | None = None
     trust_remote_code: bool = False
-    hparams: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def hparams_key(self) -> str:
-        """The stem of the model's hparams files."""
-        return self.hparams or self.name
 
     @property
     def kind(self) -> str:
@@ -100,7 +94,7 @@ def model_spec(name: str, registry: Mapping[str, Mapping[str, Any]]) -> ModelSpe
         raise ModelError(
             f"model {name!r}: a {source['kind']} source needs {', '.join(missing)}"
         )
-    known = {"dtype", "device", "memory_limit_gb", "trust_remote_code", "hparams"}
+    known = {"dtype", "device", "memory_limit_gb", "trust_remote_code"}
     return ModelSpec(
         name=name,
         source=source,

@@ -3,8 +3,8 @@
 An answer follows its prompt with a leading space (unless the prompt ends in
 whitespace); its tokens are those of the joint text after the prompt's, for every
 tokenizer kind (byte-level BPE, SentencePiece, with or without BOS): the same token ids
-an editing method optimises. Batches are padded on either side; positions are computed from the
-attention mask, so a padded row scores exactly as it would alone.
+an editing method optimises. Batches are padded on either side; positions are computed
+from the attention mask, so a padded row scores exactly as it would alone.
 """
 
 from __future__ import annotations
