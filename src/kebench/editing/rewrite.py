@@ -86,6 +86,7 @@ class Lookup:
     sequences: list[list[int]]
     subject_cols: list[int]
     request_index: list[int]
+    texts: list[str]
 
     def batch(self, lm: LoadedModel) -> Batch:
         return Batch.of(self.sequences, lm.tokenizer.pad_token_id, lm.device)
@@ -103,7 +104,7 @@ def in_templates(
     lm: LoadedModel, requests: Sequence[EditRequest], templates: Sequence[str]
 ) -> Lookup:
     """Every request's prompt inside every template, tokenised, with its subject token."""
-    lookup = Lookup([], [], [])
+    lookup = Lookup([], [], [], [])
     for index, request in enumerate(requests):
         for template in templates:
             offset = template.index("{}")
@@ -115,6 +116,7 @@ def in_templates(
                 subject_token(lm.tokenizer, text, (offset + start, offset + end))
             )
             lookup.request_index.append(index)
+            lookup.texts.append(text)
     return lookup
 
 
@@ -171,9 +173,10 @@ def _targets(lm: LoadedModel, request: EditRequest, templates: Sequence[str]) ->
         request.target_new,
     )
     kl = in_templates(lm, [kl_request], ["{}"])
-    _, target_ids = encode_pair(lm.tokenizer, request.text, request.target_new)
     sequences, rows, cols, labels = [], [], [], []
-    for row, prompt_ids in enumerate(lookup.sequences):
+    for row, text in enumerate(lookup.texts):
+        # the target's tokens in the joint text, as scoring reads them
+        prompt_ids, target_ids = encode_pair(lm.tokenizer, text, request.target_new)
         sequences.append(prompt_ids + target_ids[:-1])
         for j, label in enumerate(target_ids):
             rows.append(row)
