@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from kebench.datasets.atomic import atomic_path
 from kebench.editing.forward import (
@@ -65,7 +66,11 @@ def sample_texts(lm: LoadedModel, n_samples: int, seed: int) -> list[str]:
     texts: list[str] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for start in range(0, n_samples, SAMPLE_BATCH):
+        for start in tqdm(
+            range(0, n_samples, SAMPLE_BATCH),
+            desc=f"covariance corpus ({n_samples} texts)",
+            unit="batch",
+        ):
             count = min(SAMPLE_BATCH, n_samples - start)
             starters = [STARTERS[(start + i) % len(STARTERS)] for i in range(count)]
             inputs = tokenizer(
@@ -126,7 +131,9 @@ def accumulate_moments(
         handles.append(get_module(lm.model, path).register_forward_hook(hook_for(path)))
     count = 0
     try:
-        for start in range(0, len(texts), BATCH_SIZE):
+        for start in tqdm(
+            range(0, len(texts), BATCH_SIZE), desc="covariance", unit="batch"
+        ):
             sequences = [
                 ids[:MAX_TOKENS]
                 for ids in lm.tokenizer(list(texts[start : start + BATCH_SIZE]))[
