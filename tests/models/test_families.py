@@ -8,6 +8,7 @@ forward pass over the joint text, whose answer tokens are found by character off
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.forward import get_module
-from kebench.editing.hparams import Architecture, resolve_hparams
+from kebench.editing.hparams import Architecture, HparamsFiles, resolve_hparams
 from kebench.editing.registry import EditContext, get_method
 from kebench.models.loading import LoadedModel
 from kebench.models.registry import model_key
@@ -63,12 +64,19 @@ def tiny(checkpoints: dict[str, Path], model_type: str) -> LoadedModel:
     return _loaded[model_type]
 
 
+@cache
+def project_hparams() -> tuple[HparamsFiles, dict]:
+    """Every hparams file of the project, and the model families, read once."""
+    files = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"), ""
+    ).load()
+    return files, load_config({})["parameters"]["model_families"]
+
+
 def derived(lm: LoadedModel, method: str) -> dict:
     """``method``'s hparams for the folder model: all derived (it has no file)."""
-    files = EditHparamsDataset(
-        str(PROJECT_ROOT / "conf" / "base" / "hparams"), lm.name
-    ).load()
-    families = load_config({})["parameters"]["model_families"]
+    every, families = project_hparams()
+    files = HparamsFiles(model=lm.name, files=every.files)
     resolved = resolve_hparams(
         method, files, Architecture.of(lm.model.config), families
     )

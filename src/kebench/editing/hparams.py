@@ -186,25 +186,27 @@ def resolve_hparams(
     name, model = hparams_name(method), files.model
     own = files.own.get(name, {})
     found = family_of(architecture, families)
-    if found is None:
-        if own:
-            return ResolvedHparams(values=own)
-        raise HparamsError(
-            f"no hparams for {name} on {model}: there is no "
-            f"conf/base/hparams/{name}/<model>.yaml for it, and its model_type "
-            f"{architecture.model_type!r} is in no family of model_families (families: "
-            f"{sorted(families)}); add a family (docs/models.md) or an hparams file"
-        )
-    family_name, family = found
-    reference = str(family["reference"])
-    published = files.files.get(reference, {}).get(name)
+    reference = str(found[1]["reference"]) if found else None
+    published = files.files.get(reference, {}).get(name) if found else None
     if published is None:
         if own:
             return ResolvedHparams(values=own)
+        if found is None:
+            why = (
+                f"its model_type {architecture.model_type!r} is in no family of "
+                f"model_families (families: {sorted(families)}); add a family "
+                "(docs/models.md) or an hparams file"
+            )
+        else:
+            why = (
+                f"family {found[0]!r} takes its values from {reference!r}, which has "
+                f"no conf/base/hparams/{name}/{reference}.yaml"
+            )
         raise HparamsError(
-            f"no hparams for {name} on {model}: family {family_name!r} takes its values "
-            f"from {reference!r}, which has no conf/base/hparams/{name}/{reference}.yaml"
+            f"no hparams for {name} on {model}: there is no "
+            f"conf/base/hparams/{name}/<model>.yaml for it, and {why}"
         )
+    family = found[1]
     derived = derive_hparams(architecture, family, published)
     values = {**derived, **own}
     return ResolvedHparams(
