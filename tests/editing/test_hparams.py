@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from kedro.io import DatasetError
 
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.hparams import (
@@ -137,3 +138,13 @@ def test_an_instruct_model_reads_its_base_models_files():
     files = EditHparamsDataset(str(HPARAMS), "llama3-8b-instruct", registry).load()
     assert files.model == "llama3-8b"
     assert files.own["ROME"] == file_values("ROME", "llama3-8b")
+
+
+def test_a_malformed_hparams_file_is_named(tmp_path):
+    (tmp_path / "ROME").mkdir()
+    (tmp_path / "ROME" / "broken.yaml").write_text("layers: [5\n")
+    with pytest.raises(DatasetError, match=r"ROME/broken\.yaml: not valid YAML"):
+        EditHparamsDataset(str(tmp_path), "broken").load()
+    (tmp_path / "ROME" / "broken.yaml").write_text("- 5\n")
+    with pytest.raises(DatasetError, match=r"ROME/broken\.yaml: expected a mapping"):
+        EditHparamsDataset(str(tmp_path), "broken").load()
