@@ -9,9 +9,8 @@ import torch
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import Delta, apply_delta, revert_delta
 from kebench.editing.forward import get_module
-from kebench.editing.registry import EditContext
 from kebench.editing.requests import EditRequest, requests_from_frame
-from kebench.editing.rewrite import average_keys, context_templates
+from kebench.editing.rewrite import average_keys
 from kebench.kg.edit_cases import (
     RawEditCases,
     RelationCatalog,
@@ -45,27 +44,26 @@ def mquake_requests(data_dir: Path) -> list[EditRequest]:
     return read_requests(path, "mquake_t", "flat_mquake")
 
 
-def project_hparams() -> dict[str, dict]:
-    """Every method's hparams for the default model, from conf/base/hparams."""
-    return (
-        EditHparamsDataset(str(PROJECT_ROOT / "conf" / "base" / "hparams"), MODEL)
-        .load()
-        .own
-    )
+def project_hparams(profile: str = "fast") -> dict[str, dict]:
+    """Every method's hparams for the default model, from conf/base/hparams, in
+    ``profile`` (tests edit with the CPU-tuned ``fast`` one unless they say)."""
+    files = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"), MODEL, profile=profile
+    ).load()
+    return {
+        method: {**values, **files.overlay(method)}
+        for method, values in files.own.items()
+    }
 
 
 def output_change_at_key(
-    lm: LoadedModel,
-    delta: Delta,
-    request: EditRequest,
-    length_params: list[list[int]],
-    context: EditContext,
+    lm: LoadedModel, delta: Delta, request: EditRequest, templates: list[str]
 ) -> torch.Tensor:
-    """How a one-module delta changes that module's output for the request's ROME key."""
+    """How a one-module delta changes that module's output for the request's key: the
+    module's input at the subject token, averaged over ``templates``."""
     ((name, _change),) = delta.params.items()
     path = name.removesuffix(".weight")
-    templates = context_templates(lm, length_params, context)
-    key = average_keys(lm, [request], templates, [path])[path]
+    key = average_keys(lm, [request], [templates], [path])[path]
     module = get_module(lm.model, path)
     with torch.no_grad():
         before = module(key)

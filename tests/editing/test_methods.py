@@ -17,6 +17,7 @@ from kebench.editing.delta import (
 from kebench.editing.quality import measure_edits
 from kebench.editing.registry import EditContext, get_method, method_names
 from kebench.editing.requests import EditRequest
+from kebench.editing.rewrite import context_templates, flatten
 from tests.editing.cases import (
     demo_requests,
     mquake_requests,
@@ -134,7 +135,7 @@ def test_apply_and_revert_restore_the_base_weights_for_every_method(
 
 
 @pytest.mark.model
-def test_rome_delta_is_two_vectors_mapping_the_key_to_its_target(
+def test_rome_delta_is_two_vectors_mapping_the_bare_key_to_its_target(
     lm, demo, hparams, context
 ):
     (delta,) = edit_each(lm, "ROME", [demo[1]], hparams, context)
@@ -144,12 +145,29 @@ def test_rome_delta_is_two_vectors_mapping_the_key_to_its_target(
     assert change.tensors["left"].shape == (576, 1)
     assert change.tensors["right"].shape == (1536, 1)
     assert delta.nbytes() == 4 * (576 + 1536)
-    lengths = hparams["ROME"]["context_template_length_params"]
-    change_at_key = output_change_at_key(lm, delta, demo[1], lengths, context)
-    # W' k = W k + u (vᵀk) with vᵀk = 1: the key now maps to the optimised target.
+    # ROME solves with the bare prompt's key: W' k = W k + u (vᵀk), vᵀk = 1 there.
+    change_at_key = output_change_at_key(lm, delta, demo[1], ["{}"])
     torch.testing.assert_close(
         change_at_key, change.tensors["left"].T, rtol=1e-3, atol=1e-3
     )
+
+
+@pytest.mark.model
+def test_r_rome_maps_the_template_averaged_key_to_its_target(
+    lm, demo, hparams, context
+):
+    (delta,) = edit_each(lm, "R-ROME", [demo[1]], hparams, context)
+    (change,) = delta.params.values()
+    lengths = hparams["R-ROME"]["context_template_length_params"]
+    templates = flatten(context_templates(lm, lengths, context))
+    assert len(templates) == 1 + sum(count for _, count in lengths)
+    change_at_key = output_change_at_key(lm, delta, demo[1], templates)
+    torch.testing.assert_close(
+        change_at_key, change.tensors["left"].T, rtol=1e-3, atol=1e-3
+    )
+    # and not the bare key, unlike ROME
+    at_bare = output_change_at_key(lm, delta, demo[1], ["{}"])
+    assert not torch.allclose(at_bare, change.tensors["left"].T, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.model

@@ -11,7 +11,13 @@ from kebench.project import run_pipeline
 
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
 # the first edit of each risk: one benign update, one misinformation, one bias claim
-DEMO_EDITS = {"dataset": "demo", "method": "ROME+IKE", "n_edits": 1}
+# The CPU-tuned hparams profile: what `make run` uses.
+DEMO_EDITS = {
+    "dataset": "demo",
+    "method": "ROME+IKE",
+    "n_edits": 1,
+    "hparams_profile": "fast",
+}
 
 
 @pytest.fixture(scope="session")

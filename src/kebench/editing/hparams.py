@@ -16,6 +16,12 @@ between. At the reference's own depth the rule is the identity.
 
 A model's own file overrides the derived values key by key, so a file that sets only
 ``layers`` keeps everything else derived.
+
+Profiles. The files above are the ``faithful`` profile: the reference's values, used for
+every number in the docs. Another profile (``--params hparams_profile=fast``) is an
+overlay: ``conf/base/hparams/<METHOD>/<profile>/<model>.yaml`` (else
+``<profile>/_default.yaml``, for any model) holds only the keys it changes, applied
+over the faithful values. A method with no overlay for the model runs faithful.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ MODULE_KEYS = (
     "lm_head_module",
 )
 WEIGHT_SUFFIX = ".weight"
+FAITHFUL = "faithful"
+# The overlay of a profile for a model without its own.
+DEFAULT_OVERLAY = "_default"
 
 
 @dataclass(frozen=True)
@@ -71,11 +80,15 @@ class ResolvedHparams:
         values: the hparams, ready for the method's ``from_dict``.
         derived: the keys whose value was derived (not set in the model's own file).
         reference: the model whose published values were the base (None: file only).
+        profile: the hparams profile (``faithful``, or the overlay's name).
+        overlaid: the keys the profile's overlay set.
     """
 
     values: dict[str, Any]
     derived: tuple[str, ...] = ()
     reference: str | None = None
+    profile: str = FAITHFUL
+    overlaid: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,11 +97,24 @@ class HparamsFiles:
 
     Attributes:
         model: the stem of the run model's files (``gpt2-xl``), or its model key.
-        files: stem -> method -> the file's values.
+        files: stem -> method -> the file's values (the faithful profile).
+        profile: the run's hparams profile.
+        overlays: the profile's overlays: stem (or ``_default``) -> method -> values.
     """
 
     model: str
     files: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
+    profile: str = FAITHFUL
+    overlays: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(
+        default_factory=dict
+    )
+
+    def overlay(self, method: str) -> dict[str, Any]:
+        """The profile's keys for ``method`` on the run's model (empty: faithful)."""
+        for stem in (self.model, DEFAULT_OVERLAY):
+            if method in self.overlays.get(stem, {}):
+                return dict(self.overlays[stem][method])
+        return {}
 
     @property
     def own(self) -> dict[str, dict[str, Any]]:
@@ -102,9 +128,18 @@ def describe_resolved(
     provenance: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, dict[str, Any]]:
     """Run parameters of ``methods``' hparams: the values, which keys were derived
-    (``none``: all from the model's file) and from which reference model."""
+    (``none``: all from the model's file) and from which reference model, and the
+    profile with the keys its overlay set."""
     names = {method: hparams_name(method) for method in methods}
+
+    def profile_of(name: str) -> str:
+        found = provenance.get(name, {})
+        overlaid = ",".join(found.get("overlaid", []))
+        profile = found.get("profile", FAITHFUL)
+        return f"{profile} ({overlaid})" if overlaid else profile
+
     return {
+        "hparams_profile": {m: profile_of(name) for m, name in names.items()},
         "hparams": {m: dict(values.get(name, {})) for m, name in names.items()},
         "hparams_derived": {
             m: ",".join(provenance.get(name, {}).get("derived", [])) or "none"
@@ -190,7 +225,7 @@ def resolve_hparams(
     published = files.files.get(reference, {}).get(name) if found else None
     if published is None:
         if own:
-            return ResolvedHparams(values=own)
+            return _with_profile(ResolvedHparams(values=own), name, files)
         if found is None:
             why = (
                 f"its model_type {architecture.model_type!r} is in no family of "
@@ -209,10 +244,27 @@ def resolve_hparams(
     family = found[1]
     derived = derive_hparams(architecture, family, published)
     values = {**derived, **own}
-    return ResolvedHparams(
+    resolved = ResolvedHparams(
         values=values,
         derived=tuple(sorted(key for key in derived if key not in own)),
         reference=reference,
+    )
+    return _with_profile(resolved, name, files)
+
+
+def _with_profile(
+    resolved: ResolvedHparams, method: str, files: HparamsFiles
+) -> ResolvedHparams:
+    """The faithful values with the run profile's overlay for ``method`` applied."""
+    overlay = files.overlay(method)
+    if not overlay:
+        return resolved
+    return ResolvedHparams(
+        values={**resolved.values, **overlay},
+        derived=tuple(key for key in resolved.derived if key not in overlay),
+        reference=resolved.reference,
+        profile=files.profile,
+        overlaid=tuple(sorted(overlay)),
     )
 
 

@@ -87,6 +87,9 @@ class EditContext:
         facts: case_id -> the KG facts its edit changes and its probes ask (IKE
             keeps its demonstrations off them).
         cache: per-run memo (context templates, statistics), keyed by the caller.
+        context_templates: context templates to use instead of sampling them, as
+            groups whose first is ``["{}"]`` (the conformance harness gives both
+            implementations the same ones); None samples them from the model.
     """
 
     stats_dir: Path
@@ -94,6 +97,7 @@ class EditContext:
     seed: int = 0
     facts: Mapping[str, CaseFacts] = field(default_factory=dict)
     cache: dict[Any, Any] = field(default_factory=dict)
+    context_templates: Sequence[Sequence[str]] | None = None
 
 
 Compute = Callable[[LoadedModel, list[EditRequest], Any, EditContext], Delta]

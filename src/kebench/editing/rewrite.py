@@ -1,15 +1,31 @@
-"""Keys and target values of locate-then-edit methods (ROME, MEMIT).
+"""Keys and target values of locate-then-edit methods (ROME, R-ROME, MEMIT).
 
-The key of an edit is the input of the rewritten MLP projection at the subject's last
-token, averaged over context templates (short texts the model itself wrote, put before
-the prompt). The target value is found by gradient descent on a vector added to the
-hidden state at that token, so that the model predicts the new target after every
-context template, while the model's view of what the subject is ("<subject> is a")
-stays close (KL) and the vector stays small (weight decay, norm clamp).
+What the reference code (kmeng01/rome, kmeng01/memit, EasyEdit's ``rome``, ``r_rome``
+and ``memit``) computes, in our own implementation:
 
-Layers below the edited one do not change during the optimisation, so they run once
-and their output is replayed (``frozen_below``); logits are computed only at the
-target tokens. Optimisation stops early once the targets' mean NLL is below a bound.
+- **Context templates** are short texts the model itself writes after fixed first
+  words, each put before the prompt as ``"<text>. {}"``. They come in groups: the bare
+  prompt ``["{}"]``, then one group per ``[n_tokens, count]`` of the hparams
+  ``context_template_length_params`` (``n_tokens`` counts the first word's tokens, as
+  the reference's ``max_out_len`` does).
+- **The key** of an edit is the rewritten projection's input at the subject's last
+  token, averaged within each group and then over the groups: MEMIT's weighting, in
+  which the bare prompt counts as much as all samples of one length together. ROME
+  averages over all templates at once (one group).
+- **The target value** is found by Adam on a vector δ added to the hidden state at the
+  subject's last token of every prompt. The loss is the reference's:
+  NLL(target_new after every template, per token, averaged over templates)
+  + kl_factor · KL(now ‖ start) of the next-token distribution at the subject's last
+  token of ``"<subject> is a"`` + v_weight_decay · ‖δ‖ / ‖v‖², v the value being
+  rewritten. After each step δ is clamped to ``clamp_norm_factor`` · ‖v‖. The loop
+  stops when the loss is below 0.05, or after ``v_num_grad_steps`` evaluations
+  (``v_num_grad_steps`` − 1 steps), as the reference's does.
+
+kebench's own speed levers change nothing that is computed: the layers below the
+edited one run once and their output is replayed (``frozen_below``), and logits are
+computed only at the target tokens. Its one extension that does change the result,
+``v_stop_loss`` (stop once the targets' mean NLL is below it), is off (None) unless an
+hparams file sets it: the fast profile's files do.
 """
 
 from __future__ import annotations
@@ -35,34 +51,45 @@ KL_PROMPT = "{} is a"
 
 def context_templates(
     lm: LoadedModel, length_params: Sequence[Sequence[int]], context: EditContext
-) -> list[str]:
-    """``{}`` plus, per ``[n_tokens, count]``, ``count`` seeded samples of the model.
+) -> list[list[str]]:
+    """The template groups: ``["{}"]``, then per ``[n_tokens, count]`` a group of
+    ``count`` seeded samples of ``n_tokens`` tokens (the first word's included).
 
-    Each sample becomes ``"<sample>. {}"``. Memoised per run in ``context.cache``.
+    ``context.context_templates``, when set, is used instead. Memoised per run in
+    ``context.cache``.
     """
+    if context.context_templates is not None:
+        return [list(group) for group in context.context_templates]
     key = ("context_templates", lm.name, json.dumps(length_params), context.seed)
     if key in context.cache:
         return context.cache[key]
-    templates = ["{}"]
+    groups = [["{}"]]
     tokenizer = lm.tokenizer
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(context.seed)
         for n_tokens, count in length_params:
+            group = []
             for i in range(count):
                 ids = tokenizer(STARTERS[i % len(STARTERS)], return_tensors="pt")
                 out = lm.model.generate(
                     **ids.to(lm.device),
                     do_sample=True,
                     top_k=5,
-                    max_new_tokens=n_tokens,
+                    max_new_tokens=max(1, n_tokens - ids["input_ids"].shape[1]),
                     pad_token_id=tokenizer.pad_token_id,
                 )
                 text = tokenizer.decode(out[0], skip_special_tokens=True)
                 clean = " ".join(text.replace("{", " ").replace("}", " ").split())
-                templates.append(clean + ". {}")
-    context.cache[key] = templates
-    logger.debug("Context templates of %s: %s", lm.name, templates)
-    return templates
+                group.append(clean + ". {}")
+            groups.append(group)
+    context.cache[key] = groups
+    logger.debug("Context templates of %s: %s", lm.name, groups)
+    return groups
+
+
+def flatten(groups: Sequence[Sequence[str]]) -> list[str]:
+    """Every template of every group, in order."""
+    return [template for group in groups for template in group]
 
 
 def subject_token(tokenizer: object, text: str, span: tuple[int, int]) -> int:
@@ -123,10 +150,13 @@ def in_templates(
 def average_keys(
     lm: LoadedModel,
     requests: Sequence[EditRequest],
-    templates: Sequence[str],
+    groups: Sequence[Sequence[str]],
     module_paths: Sequence[str],
 ) -> dict[str, torch.Tensor]:
-    """Each module's input at the subject token, averaged over templates: (n_requests, d_in)."""
+    """Each module's input at the subject token, averaged within each template group
+    and then over the groups: (n_requests, d_in). One group is the plain mean."""
+    templates = flatten(groups)
+    weights = [1 / (len(groups) * len(group)) for group in groups for _ in group]
     lookup = in_templates(lm, requests, templates)
     captured = capture(
         lm.model, lookup.batch(lm), module_paths, lookup.rows, lookup.cols.to(lm.device)
@@ -134,23 +164,31 @@ def average_keys(
     keys = {}
     for path, values in captured.items():
         # on the module's own device (a model spread over GPUs has several)
-        groups = torch.tensor(lookup.request_index, device=values.device)
+        groups_t = torch.tensor(lookup.request_index, device=values.device)
+        weight = torch.tensor(weights * len(requests), device=values.device)
         total = torch.zeros(len(requests), values.shape[-1], device=values.device)
-        total.index_add_(0, groups, values.float())
-        keys[path] = total / len(templates)
+        total.index_add_(0, groups_t, values.float() * weight[:, None])
+        keys[path] = total
     return keys
+
+
+# The reference's stopping rule: the whole loss (NLL + KL + weight decay) below this.
+REFERENCE_STOP_LOSS = 5e-2
 
 
 @dataclass(frozen=True)
 class ValueSettings:
-    """The hparams of the target-value optimisation (EasyEdit's ``v_*`` keys)."""
+    """The hparams of the target-value optimisation (EasyEdit's ``v_*`` keys).
+
+    ``stop_loss`` is kebench's ``v_stop_loss`` (None: off).
+    """
 
     steps: int
     lr: float
     weight_decay: float
     kl_factor: float
     clamp_norm_factor: float
-    stop_loss: float
+    stop_loss: float | None
 
 
 @dataclass
@@ -163,7 +201,8 @@ class ValueResult:
 
 
 def _targets(lm: LoadedModel, request: EditRequest, templates: Sequence[str]) -> tuple:
-    """Rewriting sequences (template + prompt + target), the target positions and labels."""
+    """Rewriting sequences (template + prompt + target), the target positions and
+    labels, then the KL prompt; each sequence's subject token."""
     lookup = in_templates(lm, [request], templates)
     kl_request = EditRequest(
         request.case_id,
@@ -197,19 +236,20 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
     init_norm: float,
     settings: ValueSettings,
 ) -> ValueResult:
-    """The vector that, added to layer ``layer``'s output at the subject token, makes the
-    model predict ``request.target_new`` after every template.
+    """The vector δ that, added to layer ``layer``'s output at the subject token, makes
+    the model predict ``request.target_new`` after every template (the loss and the
+    stopping rule are the module docstring's).
 
-    The vector's norm is clamped to ``clamp_norm_factor * init_norm``, where
-    ``init_norm`` is the norm of the value being rewritten.
+    ``init_norm`` is ‖v‖, the norm of the value being rewritten: the weight decay is
+    relative to ‖v‖², and δ is clamped to ``clamp_norm_factor`` · ‖v‖.
     """
     model = lm.model
     sequences, subject_cols, rows, cols, labels, n_rewrite = _targets(
         lm, request, templates
     )
     batch = Batch.of(sequences, lm.tokenizer.pad_token_id, lm.device)
-    kl_row = len(sequences) - 1
-    kl_col = len(sequences[-1]) - 1
+    # the KL term reads the next-token distribution at the KL prompt's subject token
+    kl_row, kl_col = len(sequences) - 1, subject_cols[-1]
     at_rows = torch.tensor([*rows, kl_row], device=lm.device)
     at_cols = torch.tensor([*cols, kl_col], device=lm.device)
     labels_t = torch.tensor(labels, device=lm.device)
@@ -224,11 +264,11 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
         delta,
     )
     max_norm = settings.clamp_norm_factor * init_norm
-    kl_init = None
+    kl_start = None
     nll_value = float("inf")
-    step = 0
+    taken = 0
     with frozen_below(model, layer_tmp, layer, batch, edit), torch.enable_grad():
-        for step in range(1, settings.steps + 1):  # noqa: B007 - steps taken is reported
+        for evaluation in range(settings.steps):
             logprobs = torch.log_softmax(
                 logits_at(model, batch, at_rows, at_cols), dim=-1
             )
@@ -238,34 +278,39 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
             )
             nll = (per_row / counts).mean()
             kl_now = logprobs[-1]
-            if kl_init is None:
-                kl_init = kl_now.detach()
+            if kl_start is None:
+                kl_start = kl_now.detach()
+            # KL(now ‖ start): the reference passes the start as kl_div's input
             kl = torch.nn.functional.kl_div(
-                kl_now, kl_init, log_target=True, reduction="sum"
+                kl_start, kl_now, log_target=True, reduction="sum"
             )
-            decay = delta.norm() ** 2 / init_norm**2
+            decay = delta.norm() / init_norm**2
             loss = nll + settings.kl_factor * kl + settings.weight_decay * decay
             nll_value = float(nll.detach())
-            if not torch.isfinite(loss):
-                break
-            if nll_value < settings.stop_loss:
+            if (
+                not torch.isfinite(loss)
+                or loss < REFERENCE_STOP_LOSS
+                or (settings.stop_loss is not None and nll_value < settings.stop_loss)
+                or evaluation == settings.steps - 1
+            ):
                 break
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
+            taken += 1
             with torch.no_grad():
                 norm = delta.norm()
                 if norm > max_norm:
                     delta.mul_(max_norm / norm)
-    return ValueResult(delta=delta.detach(), steps=step, nll=nll_value)
+    return ValueResult(delta=delta.detach(), steps=taken, nll=nll_value)
 
 
 @dataclass
 class RewriteHyperParams(HyperParams):
-    """Hparams shared by ROME and MEMIT (EasyEdit's keys).
+    """Hparams shared by ROME, R-ROME and MEMIT (EasyEdit's keys).
 
-    ``v_stop_loss`` is kebench's: the value optimisation stops once the mean per-token
-    NLL of the new target, over the context templates, is below it.
+    ``v_stop_loss`` is kebench's (None: off): the value optimisation also stops once
+    the mean per-token NLL of the new target, over the context templates, is below it.
     """
 
     layers: list[int]
@@ -288,7 +333,7 @@ class RewriteHyperParams(HyperParams):
     attn_module_tmp: str = ""
     ln_f_module: str = ""
     lm_head_module: str = ""
-    v_stop_loss: float = 0.05
+    v_stop_loss: float | None = None
 
     def __post_init__(self) -> None:
         if self.fact_token != "subject_last":

@@ -25,7 +25,7 @@ from tests.helpers import copy_project
 from tests.models.shared import MODEL
 from tests.models.tiny import build_checkpoint
 
-OUTPUT = Path("data/07_model_output/demo") / MODEL
+OUTPUT = Path("data/07_model_output/demo") / MODEL / "fast"
 # the first 2 edits of each of the demo's 3 risks (benign, misinformation, bias)
 PER_RISK = 2
 N_EDITS = 3 * PER_RISK
@@ -34,7 +34,7 @@ N_EDITS = 3 * PER_RISK
 def run_session(root: Path, pipelines: list[str], **runtime_params: object) -> None:
     bootstrap_project(root)
     with KedroSession.create(
-        project_path=root, runtime_params=runtime_params
+        project_path=root, runtime_params={"hparams_profile": "fast", **runtime_params}
     ) as session:
         session.run(pipeline_names=pipelines)
 
@@ -101,7 +101,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_p
         "kedro",
         "run",
         "--pipelines=editing",
-        f"--params=model={MODEL},method=ROME,n_edits={PER_RISK}",
+        f"--params=model={MODEL},method=ROME,n_edits={PER_RISK},hparams_profile=fast",
     ]
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     rows = root / OUTPUT / "deltas" / "ROME" / "single"
@@ -166,7 +166,7 @@ def test_a_checkpoint_folder_without_hparams_files_runs_editing_and_evaluation(
         model_families=families,
     )
     key = model_key(str(folder))
-    output = project / "data" / "07_model_output" / "demo" / key
+    output = project / "data" / "07_model_output" / "demo" / key / "fast"
     manifest = EDIT_DELTAS.validate(pd.read_parquet(output / "edit_deltas.parquet"))
     assert set(manifest["method"]) == {"ROME", "MEMIT"}
     assert set(manifest["model"]) == {key}

@@ -33,8 +33,8 @@ def tracked_project(evaluated_root, lm, tmp_path_factory) -> tuple[Path, str]:
     project = copy_project(root / "project", (MODEL, lm.folder))
     source = evaluated_root / "data"
     shutil.copytree(
-        source / "07_model_output/demo" / MODEL,
-        project / "data/07_model_output/demo" / MODEL,
+        source / "07_model_output/demo" / MODEL / "fast",
+        project / "data/07_model_output/demo" / MODEL / "fast",
     )
     shutil.copytree(source / "05_model_input", project / "data/05_model_input")
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -45,7 +45,8 @@ def tracked_project(evaluated_root, lm, tmp_path_factory) -> tuple[Path, str]:
         os.chdir(project)
         bootstrap_project(project)
         with KedroSession.create(
-            project_path=project, runtime_params={"method": "+".join(METHODS)}
+            project_path=project,
+            runtime_params={"method": "+".join(METHODS), "hparams_profile": "fast"},
         ) as session:
             session.run(pipeline_names=["evaluation"])
     finally:

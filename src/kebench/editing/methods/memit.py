@@ -1,12 +1,17 @@
 """MEMIT: many edits at once, spread over several MLP layers (Meng et al., 2023).
 
 For every edit, a target hidden state z at the last edited layer's output (subject's
-last token) is optimised as in ROME. Then, layer by layer from the lowest, the
+last token) is optimised as in ROME, over every context template. Then, layer by layer from the lowest, the
 remaining gap R between z and the current hidden state is divided among the layers
 still to edit, and the layer takes the least-squares update that maps its keys K to
 that share while preserving the keys of ordinary text (second moment C):
 
     ΔW = R Kᵀ (λ C + K Kᵀ)⁻¹,  λ = mom2_update_weight.
+
+The keys K are MEMIT's (kmeng01/memit's ``compute_ks``): averaged within each template
+group, then over the groups, so the bare prompt weighs as much as all samples together.
+Its templates are its own: five samples of ten tokens (``context_template_length_params``
+``[[10, 5]]``, which the reference fixes in code).
 
 ΔW has rank at most the number of edits, so each layer's delta is stored as its two
 factors, R and (λ C + K Kᵀ)⁻¹ K.
@@ -14,7 +19,7 @@ factors, R and (λ C + K Kᵀ)⁻¹ K.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +31,7 @@ from kebench.editing.rewrite import (
     RewriteHyperParams,
     average_keys,
     context_templates,
+    flatten,
     in_templates,
     optimise_value,
 )
@@ -39,6 +45,9 @@ class MEMITHyperParams(RewriteHyperParams):
     mom2_update_weight: float = 15000.0
     layer_selection: str = "all"
     batch_size: int = 1
+    context_template_length_params: list[list[int]] = field(
+        default_factory=lambda: [[10, 5]]
+    )
 
 
 @register("MEMIT", MEMITHyperParams, batchable=True)
@@ -50,7 +59,8 @@ def memit(
 ) -> Delta:
     """One delta that writes every request into ``hparams.layers``."""
     model = lm.model
-    templates = context_templates(lm, hparams.context_template_length_params, context)
+    groups = context_templates(lm, hparams.context_template_length_params, context)
+    templates = flatten(groups)
     last = hparams.layers[-1]
     z_path = hparams.layer_module_tmp.format(last)
     bare = in_templates(lm, requests, ["{}"])
@@ -87,7 +97,7 @@ def memit(
     applied = []
     try:
         for done, path in enumerate(paths):
-            keys = average_keys(lm, requests, templates, [path])[path].T.double()
+            keys = average_keys(lm, requests, groups, [path])[path].T.double()
             share = (targets - hidden_at_subject()) / (len(paths) - done)
             preserve = (
                 mom2[path].double()

@@ -1,10 +1,22 @@
-"""ROME: a rank-one update of one MLP output projection (Meng et al., 2022).
+"""ROME (Meng et al., 2022) and R-ROME (Gupta et al., 2024): a rank-one update of one
+MLP output projection W.
 
-With key k (the projection's input at the subject's last token, averaged over context
-templates) and target value v* (the projection's output there, plus the optimised
-vector), the update ΔW = (v* − W k) (C⁻¹k)ᵀ / (kᵀ C⁻¹ k) makes W' k = v*. C is the
-keys' second moment when ``mom2_adjustment`` is set, else the identity. The delta is
-stored as its two factors, u = v* − W k and v = C⁻¹k / (kᵀC⁻¹k).
+Both take a target value v* = v + δ, with v the projection's output at the subject's
+last token and δ from the value optimisation (``kebench.editing.rewrite``), and a
+direction u = C⁻¹k / ‖C⁻¹k‖ (C the keys' second moment with ``mom2_adjustment``, else
+the identity). The update is ΔW = (v* − W k_s) uᵀ / (k_s · u): it maps the solve key
+k_s exactly to v*. They differ in their keys:
+
+ROME (kmeng01/rome; EasyEdit's ``rome``)
+    u comes from the key averaged over the context templates, k_s is the bare prompt's
+    key. Gupta et al. showed that this mismatch is what makes ROME's edits collapse
+    the model now and then.
+R-ROME (EasyEdit's ``r_rome``, with its keys)
+    the same key on both sides: the template average (``enable_random_prefix_keys``,
+    the default; W k_s is then the average of the templates' outputs), or the bare
+    prompt's (``enable_prompt_keys``). ``original_implementation`` is ROME.
+
+The delta is stored as its two factors, (v* − W k_s) and u / (k_s · u).
 """
 
 from __future__ import annotations
@@ -15,12 +27,12 @@ import torch
 
 from kebench.editing.delta import Delta
 from kebench.editing.forward import capture, get_module, outer_change
-from kebench.editing.registry import EditContext, register
+from kebench.editing.registry import EditContext, HparamsError, register
 from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import (
     RewriteHyperParams,
-    average_keys,
     context_templates,
+    flatten,
     in_templates,
     optimise_value,
 )
@@ -32,48 +44,99 @@ class ROMEHyperParams(RewriteHyperParams):
     """ROME's hparams: EasyEdit's keys; ``layers`` holds the one edited layer."""
 
 
-@register("ROME", ROMEHyperParams)
-def rome(
+@dataclass
+class RROMEHyperParams(RewriteHyperParams):
+    """R-ROME's hparams: ROME's, plus EasyEdit's choice of keys (the module docstring)."""
+
+    enable_prompt_keys: bool = False
+    enable_random_prefix_keys: bool = True
+    original_implementation: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.original_implementation and (
+            self.enable_prompt_keys == self.enable_random_prefix_keys
+        ):
+            raise HparamsError(
+                "R-ROME: set exactly one of enable_prompt_keys and "
+                "enable_random_prefix_keys (or original_implementation)"
+            )
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Where the update's direction and its solve come from (the module docstring)."""
+
+    direction_from_templates: bool
+    solve_from_templates: bool
+
+
+def _keys_of(hparams: RewriteHyperParams) -> Keys:
+    if isinstance(hparams, RROMEHyperParams) and not hparams.original_implementation:
+        return Keys(
+            hparams.enable_random_prefix_keys, hparams.enable_random_prefix_keys
+        )
+    return Keys(direction_from_templates=True, solve_from_templates=False)
+
+
+def _at_subject(
+    lm: LoadedModel, request: EditRequest, templates: list[str], path: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's input and output at the subject token, averaged over ``templates``."""
+    lookup = in_templates(lm, [request], templates)
+    batch, rows, cols = lookup.batch(lm), lookup.rows, lookup.cols.to(lm.device)
+    inputs = capture(lm.model, batch, [path], rows, cols)[path].float()
+    outputs = capture(lm.model, batch, [path], rows, cols, outputs=True)[path].float()
+    return inputs.mean(0), outputs.mean(0)
+
+
+def rank_one(
     lm: LoadedModel,
     requests: list[EditRequest],
-    hparams: ROMEHyperParams,
+    hparams: RewriteHyperParams,
     context: EditContext,
 ) -> Delta:
     """The rank-one delta that writes ``requests[0]`` into layer ``hparams.layers[0]``."""
     (request,) = requests
+    keys = _keys_of(hparams)
     layer = hparams.layers[0]
     path = hparams.rewrite_module_tmp.format(layer)
     module = get_module(lm.model, path)
-    templates = context_templates(lm, hparams.context_template_length_params, context)
-    key = average_keys(lm, [request], templates, [path])[path][0]
-    bare = in_templates(lm, [request], ["{}"])
-    value = capture(
-        lm.model,
-        bare.batch(lm),
-        [path],
-        bare.rows,
-        bare.cols.to(lm.device),
-        outputs=True,
-    )[path][0].float()
+    templates = flatten(
+        context_templates(lm, hparams.context_template_length_params, context)
+    )
+    bare_key, bare_value = _at_subject(lm, request, ["{}"], path)
     result = optimise_value(
         lm,
         request,
         templates,
         layer_tmp=hparams.layer_module_tmp,
         layer=layer,
-        init_norm=float(value.norm()),
+        init_norm=float(bare_value.norm()),
         settings=hparams.value_settings(),
     )
-    with torch.no_grad():
-        weight = module.weight
-        current = module(key[None].to(weight.dtype))[0].float()
-    residual = value + result.delta - current
+    target = bare_value + result.delta
+    if keys.direction_from_templates or keys.solve_from_templates:
+        averaged = _at_subject(lm, request, templates, path)
+    direction_key = averaged[0] if keys.direction_from_templates else bare_key
+    solve_key, current = (
+        averaged if keys.solve_from_templates else (bare_key, bare_value)
+    )
     mom2 = hparams.mom2(lm, [path], context)
-    direction = torch.linalg.solve(mom2[path].float(), key) if mom2 else key
-    right = direction / (direction @ key)
+    direction = (
+        torch.linalg.solve(mom2[path].float(), direction_key) if mom2 else direction_key
+    )
+    direction = direction / direction.norm()
+    right = direction / (solve_key @ direction)
     return Delta(
         params={
-            f"{path}.weight": outer_change(module, residual[:, None], right[:, None])
+            f"{path}.weight": outer_change(
+                module, (target - current)[:, None], right[:, None]
+            )
         },
         meta={"v_steps": str(result.steps), "v_nll": f"{result.nll:.6g}"},
     )
+
+
+register("ROME", ROMEHyperParams)(rank_one)
+register("R-ROME", RROMEHyperParams)(rank_one)

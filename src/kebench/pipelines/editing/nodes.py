@@ -48,7 +48,8 @@ def resolve_edit_hparams(
     model_families: dict[str, dict[str, Any]],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Every method's hparams for the model (its own file over values derived from its
-    architecture), and, per method, which keys were derived and from which reference."""
+    architecture, then the run profile's overlay), and, per method, which keys were
+    derived, from which reference, and which the profile set."""
     resolved = resolve_all(
         method_names(),
         hparams_files,
@@ -57,7 +58,12 @@ def resolve_edit_hparams(
     )
     values = {method: r.values for method, r in resolved.items()}
     provenance = {
-        method: {"reference": r.reference, "derived": list(r.derived)}
+        method: {
+            "reference": r.reference,
+            "derived": list(r.derived),
+            "profile": r.profile,
+            "overlaid": list(r.overlaid),
+        }
         for method, r in resolved.items()
     }
     return values, provenance
