@@ -158,3 +158,80 @@ def mine_rules_command(  # noqa: PLR0913, PLR0917 - one parameter per AMIE optio
             click.echo(json.dumps(rule_record(rule), ensure_ascii=False))
     if not rules:
         click.echo(f"No rule in {kb_path} reaches the thresholds.", err=True)
+
+
+STATS_DIR_OPTION = click.option(
+    "--stats-dir",
+    type=click.Path(file_okay=False),
+    default="data/06_models/stats",
+    show_default=True,
+    help="The statistics folder (the catalog's covariance_stats).",
+)
+
+
+@cli.group()
+def stats() -> None:
+    """Covariance statistics of MEMIT and ROME (mom2): list, export, import."""
+
+
+@stats.command("list")
+@click.option("--model", help="Only this model's statistics.")
+@STATS_DIR_OPTION
+def stats_list(model: str | None, stats_dir: str) -> None:
+    """One JSON line per cached statistic or sampled corpus: its file and provenance."""
+    import json  # noqa: PLC0415 - keeps --help fast
+    from pathlib import Path  # noqa: PLC0415
+
+    from kebench.editing.stats_archive import describe_stats  # noqa: PLC0415
+
+    root = Path(stats_dir)
+    models = [model] if model else sorted(p.name for p in root.glob("*") if p.is_dir())
+    for name in models:
+        for entry in describe_stats(root, name):
+            click.echo(json.dumps(entry, ensure_ascii=False))
+
+
+@stats.command("export")
+@click.option("--model", required=True, help="The model whose statistics to pack.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="The archive to write. Default: <model>-stats.tar.",
+)
+@STATS_DIR_OPTION
+def stats_export(model: str, out: str | None, stats_dir: str) -> None:
+    """Pack a model's statistics into one tar, with a manifest of sha256 checksums."""
+    from pathlib import Path  # noqa: PLC0415 - keeps --help fast
+
+    from kebench.editing.stats_archive import (  # noqa: PLC0415
+        StatsArchiveError,
+        export_stats,
+    )
+
+    target = Path(out or f"{model}-stats.tar")
+    try:
+        manifest = export_stats(Path(stats_dir), model, target)
+    except StatsArchiveError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"wrote {target}: {len(manifest['files'])} files of {model}")
+
+
+@stats.command("import")
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False))
+@STATS_DIR_OPTION
+def stats_import(archive: str, stats_dir: str) -> None:
+    """Install an exported archive's statistics, once every checksum is verified."""
+    from pathlib import Path  # noqa: PLC0415 - keeps --help fast
+
+    from kebench.editing.stats_archive import (  # noqa: PLC0415
+        StatsArchiveError,
+        import_stats,
+    )
+
+    try:
+        added = import_stats(Path(archive), Path(stats_dir))
+    except StatsArchiveError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"installed {len(added)} new files under {stats_dir}")
+    for path in added:
+        click.echo(f"  {path}")
