@@ -35,8 +35,9 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import apply_delta, revert_delta, save_delta
     from kebench.editing.hparams import Architecture, resolve_all
+    from kebench.editing.interface import EditContext
     from kebench.editing.quality import measure_edits
-    from kebench.editing.registry import EditContext, get_method, method_names
+    from kebench.editing.registry import get_method, method_names
     from kebench.editing.requests import requests_from_frame
     from kebench.kg.edit_cases import RelationCatalog, parse_edit_cases
     from kebench.project import PROJECT_ROOT, load_config

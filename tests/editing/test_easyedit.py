@@ -9,7 +9,8 @@ import torch
 
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.easyedit import EasyEditUnavailableError
-from kebench.editing.registry import EditContext, get_method
+from kebench.editing.interface import EditContext
+from kebench.editing.registry import get_method
 from kebench.editing.runner import select_methods
 from tests.editing.cases import demo_requests, project_hparams
 

@@ -14,7 +14,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.forward import get_module, weight_is_transposed
-from kebench.editing.registry import EditContext, get_method
+from kebench.editing.interface import EditContext
+from kebench.editing.registry import get_method
 from kebench.models.loading import LoadedModel
 from kebench.project import PROJECT_ROOT
 from tests.editing.cases import demo_requests, output_change_at_key

@@ -14,7 +14,8 @@ from kebench.editing.hparams import (
     resolve_hparams,
     scale_layers,
 )
-from kebench.editing.registry import HparamsError, get_method, method_names
+from kebench.editing.interface import HparamsError
+from kebench.editing.registry import get_method, method_names
 from kebench.project import PROJECT_ROOT, load_config
 
 HPARAMS = PROJECT_ROOT / "conf" / "base" / "hparams"
@@ -148,3 +149,43 @@ def test_a_malformed_hparams_file_is_named(tmp_path):
     (tmp_path / "ROME" / "broken.yaml").write_text("- 5\n")
     with pytest.raises(DatasetError, match=r"ROME/broken\.yaml: expected a mapping"):
         EditHparamsDataset(str(tmp_path), "broken").load()
+
+
+def write_hparams(root, relative: str, values: dict) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+
+
+def test_a_profile_overlays_only_its_keys_and_says_which(tmp_path, families):
+    write_hparams(
+        tmp_path, "ROME/m.yaml", {"layers": [3], "v_lr": 0.5, "v_num_grad_steps": 25}
+    )
+    write_hparams(tmp_path, "ROME/fast/m.yaml", {"v_lr": 1.0})
+    write_hparams(tmp_path, "FT-L/m.yaml", {"layers": [2], "lr": 1e-4})
+    write_hparams(tmp_path, "FT-L/fast/_default.yaml", {"num_steps": 3})
+    write_hparams(tmp_path, "KN/m.yaml", {"steps": 20})
+    arch = Architecture("unknown-type", 6)
+    faithful = EditHparamsDataset(str(tmp_path), "m").load()
+    fast = EditHparamsDataset(str(tmp_path), "m", profile="fast").load()
+    rome = resolve_hparams("ROME", fast, arch, families)
+    assert rome.values == {"layers": [3], "v_lr": 1.0, "v_num_grad_steps": 25}
+    assert (rome.profile, rome.overlaid) == ("fast", ("v_lr",))
+    # a model without its own overlay takes the profile's _default one
+    ft = resolve_hparams("FT-L", fast, arch, families)
+    assert ft.values == {"layers": [2], "lr": 1e-4, "num_steps": 3}
+    # a method without any overlay runs faithful, and says so
+    kn = resolve_hparams("KN", fast, arch, families)
+    assert (kn.values, kn.profile, kn.overlaid) == ({"steps": 20}, "faithful", ())
+    plain = resolve_hparams("ROME", faithful, arch, families)
+    assert plain.values["v_lr"] == 0.5 and plain.profile == "faithful"
+    # the overlays are not read as models' files
+    assert "fast" not in faithful.files and "_default" not in faithful.files
+
+
+def test_an_unknown_profile_lists_the_profiles(tmp_path):
+    write_hparams(tmp_path, "ROME/m.yaml", {"layers": [3]})
+    write_hparams(tmp_path, "ROME/fast/m.yaml", {"v_lr": 1.0})
+    with pytest.raises(DatasetError, match=r"'turbo'.*\['faithful', 'fast'\]"):
+        EditHparamsDataset(str(tmp_path), "m", profile="turbo").load()
+

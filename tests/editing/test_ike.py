@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from kebench.editing.delta import Delta
+from kebench.editing.interface import EditContext
 from kebench.editing.methods.ike import (
     IKEHyperParams,
     demonstrations,
     ike,
     joint_prefix,
 )
-from kebench.editing.registry import EditContext
 from kebench.editing.requests import EditRequest
 from kebench.qa.probes import CaseFacts
 from kebench.scoring.evaluate import edited_scores

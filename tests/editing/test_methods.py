@@ -14,8 +14,9 @@ from kebench.editing.delta import (
     revert_delta,
     save_delta,
 )
+from kebench.editing.interface import EditContext
 from kebench.editing.quality import measure_edits
-from kebench.editing.registry import EditContext, get_method, method_names
+from kebench.editing.registry import get_method, method_names
 from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import context_templates, flatten
 from tests.editing.cases import (

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kebench.editing.delta import apply_delta, revert_delta
+from kebench.editing.interface import EditContext
 from kebench.editing.quality import measure_edits
-from kebench.editing.registry import EditContext
 from kebench.editing.runner import make_job, run_job, select_methods
 from kebench.editing.store import DeltaStore, file_stem
 from kebench.schemas import EDIT_DELTAS

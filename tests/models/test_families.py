@@ -18,7 +18,8 @@ from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.forward import get_module
 from kebench.editing.hparams import Architecture, HparamsFiles, resolve_hparams
-from kebench.editing.registry import EditContext, get_method
+from kebench.editing.interface import EditContext
+from kebench.editing.registry import get_method
 from kebench.models.loading import LoadedModel
 from kebench.models.registry import model_key
 from kebench.project import PROJECT_ROOT, load_config

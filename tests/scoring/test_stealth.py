@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from kebench.editing.registry import EditContext, get_method
+from kebench.editing.interface import EditContext
+from kebench.editing.registry import get_method
 from kebench.project import PROJECT_ROOT
 from kebench.scoring.drift import (
     base_capability,

@@ -19,7 +19,7 @@ from typing import Any, Self
 import torch
 
 from kebench.editing.delta import Delta, ParamDelta
-from kebench.editing.registry import EditContext, EditMethod, HyperParams
+from kebench.editing.interface import EditContext, EditMethod, HyperParams
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
 

@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kebench.editing.registry import HparamsError, hparams_name
+from kebench.editing.interface import HparamsError
+from kebench.editing.registry import hparams_name
 
 logger = logging.getLogger(__name__)
 

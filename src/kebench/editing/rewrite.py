@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kebench.editing.forward import Batch, add_at, capture, frozen_below, logits_at
-from kebench.editing.registry import EditContext, HparamsError, HyperParams
+from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.requests import EditRequest
 from kebench.editing.stats import STARTERS, second_moments
 from kebench.models.loading import LoadedModel

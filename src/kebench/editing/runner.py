@@ -37,13 +37,8 @@ from kebench.editing.delta import (
     delta_applied,
     revert_delta,
 )
-from kebench.editing.registry import (
-    EditContext,
-    EditMethod,
-    HyperParams,
-    get_method,
-    hparams_name,
-)
+from kebench.editing.interface import EditContext, EditMethod, HyperParams
+from kebench.editing.registry import get_method, hparams_name
 from kebench.editing.requests import EditRequest
 from kebench.editing.store import MODES, DeltaStore, EditOutcome, file_stem
 from kebench.models.loading import LoadedModel

@@ -51,7 +51,7 @@ from kebench.editing.forward import (
     get_module,
     run_until,
 )
-from kebench.editing.registry import EditContext
+from kebench.editing.interface import EditContext
 from kebench.models.loading import LoadedModel
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ import torch
 
 from kebench.editing.delta import Delta, ParamDelta
 from kebench.editing.forward import Batch, frozen_below, logits_at
-from kebench.editing.registry import EditContext, HparamsError, HyperParams, register
+from kebench.editing.interface import EditContext, HparamsError, HyperParams
+from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
 from kebench.scoring.logprobs import encode_pair

@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kebench.editing.delta import Delta
-from kebench.editing.registry import EditContext, HyperParams, register
+from kebench.editing.interface import EditContext, HyperParams
+from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
 from kebench.qa.probes import CaseFacts, FactKey

@@ -29,7 +29,8 @@ from kebench.editing.forward import (
     logits_at,
     weight_is_transposed,
 )
-from kebench.editing.registry import EditContext, HyperParams, register
+from kebench.editing.interface import EditContext, HyperParams
+from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import context_templates
 from kebench.models.loading import LoadedModel

@@ -25,7 +25,8 @@ import torch
 
 from kebench.editing.delta import Delta, apply_delta, revert_delta
 from kebench.editing.forward import capture, get_module, outer_change
-from kebench.editing.registry import EditContext, register
+from kebench.editing.interface import EditContext
+from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import (
     RewriteHyperParams,

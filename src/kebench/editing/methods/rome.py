@@ -27,7 +27,8 @@ import torch
 
 from kebench.editing.delta import Delta
 from kebench.editing.forward import capture, get_module, outer_change
-from kebench.editing.registry import EditContext, HparamsError, register
+from kebench.editing.interface import EditContext, HparamsError
+from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import (
     RewriteHyperParams,

@@ -15,7 +15,8 @@ from kebench.editing.hparams import (
     describe_resolved,
     resolve_all,
 )
-from kebench.editing.registry import EditContext, hparams_name, method_names
+from kebench.editing.interface import EditContext
+from kebench.editing.registry import hparams_name, method_names
 from kebench.editing.requests import requests_from_probes
 from kebench.editing.runner import (
     EditJob,

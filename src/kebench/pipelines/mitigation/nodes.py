@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kebench.editing.interface import EditContext
 from kebench.editing.propagation import joint_requests, plan_propagation
-from kebench.editing.registry import EditContext
 from kebench.editing.requests import requests_from_probes
 from kebench.editing.runner import run_job
 from kebench.editing.store import DeltaStore, EditOutcome
