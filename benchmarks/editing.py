@@ -2,7 +2,11 @@
 
 Usage: python benchmarks/editing.py [--dataset demo|mquake_t] [--n-edits 10]
                                     [--methods ROME+MEMIT+FT-L+FT-M+KN+IKE]
-Prints one JSON object keyed by lowercase method name, each with:
+                                    [--hparams-profile faithful|fast]
+       python benchmarks/editing.py --compare-profiles [--dataset mquake_t]
+                                    [--methods ROME+MEMIT] [--n-edits 20] [--keep DIR]
+
+The first form prints one JSON object keyed by lowercase method name, each with:
     seconds_per_edit: mean wall time of one edit (after a warm-up edit, which pays the
         one-time costs: context templates, covariance statistics; see setup_s);
     delta_bytes: mean size of one edit's delta file; model_bytes: the model's weights;
@@ -13,6 +17,13 @@ Prints one JSON object keyed by lowercase method name, each with:
 Targets (issue 4): ROME <= 10 s/edit on 2 CPU cores, delta_fraction <= 0.001.
 The model is converted once under data/06_models and statistics cached under
 data/06_models/stats, as a pipeline run would. KEBENCH_DATA_DIR locates mquake_t.
+
+``--compare-profiles`` runs the pipelines (kg_build to risk_unification once, then
+editing and evaluation per profile, ``--n-edits`` edits per risk) and prints, per method
+and profile, the seconds per edit and the headline's EditSucc, Consistency and Locality
+with their 95% CIs per risk, and per metric whether the fast profile's value lies within
+the faithful profile's CI. The outputs go under ``--keep`` (a rerun resumes the edits
+already stored) or a scratch folder; the model and statistics are the project's.
 """
 
 from __future__ import annotations
@@ -40,11 +51,14 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.registry import get_method, method_names
     from kebench.editing.requests import requests_from_frame
     from kebench.kg.edit_cases import RelationCatalog, parse_edit_cases
-    from kebench.project import PROJECT_ROOT, load_config
+    from kebench.project import PROJECT_ROOT, load_config, run_pipeline
 
 logger = logging.getLogger("benchmarks.editing")
 METHODS = "ROME+MEMIT+FT-L+FT-M+KN+IKE"
 N_PROBES = 16
+UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
+PROFILES = ("faithful", "fast")
+HEADLINE_METRICS = ("EditSucc (direct)", "Consistency (entailed)", "Locality")
 
 
 def edit_requests(dataset: str, config) -> list:
@@ -130,6 +144,7 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         str(PROJECT_ROOT / "conf" / "base" / "hparams"),
         args.model,
         config["catalog"]["model"]["registry"],
+        profile=args.hparams_profile,
     ).load()
     hparams = resolve_all(
         method_names(),
@@ -144,11 +159,92 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     return result
 
 
+def profile_numbers(catalog, methods: list[str]) -> dict[str, dict]:
+    """Per method: seconds per stored edit and the headline metrics with CIs per risk."""
+    headline = catalog.load("headline_table")
+    manifest = catalog.load("edit_manifest")
+    found = {}
+    for method in methods:
+        rows = headline[headline["method"] == method]
+        done = manifest[(manifest["method"] == method) & (manifest["status"] == "ok")]
+        found[method] = {
+            "seconds_per_edit": round(float(done["wall_s"].mean()), 2),
+            "n_edits": len(done),
+            "risks": {
+                row["risk"]: {
+                    metric: [
+                        round(float(row[column]), 4)
+                        for column in (metric, f"{metric} ci_low", f"{metric} ci_high")
+                    ]
+                    for metric in HEADLINE_METRICS
+                    if metric in row
+                }
+                for row in rows.to_dict("records")
+            },
+        }
+    return found
+
+
+def within_ci(faithful: dict, fast: dict) -> dict[str, dict[str, bool]]:
+    """Per risk and metric: is the fast value inside the faithful 95% CI?"""
+    return {
+        risk: {
+            metric: bool(bounds[1] <= fast["risks"][risk][metric][0] <= bounds[2])
+            for metric, bounds in metrics.items()
+        }
+        for risk, metrics in faithful["risks"].items()
+        if risk in fast["risks"]
+    }
+
+
+def compare_profiles(args: argparse.Namespace) -> dict:
+    """The pipelines' numbers under each hparams profile, and whether fast stays
+    within faithful's CIs."""
+    methods = args.methods.split("+")
+    params = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "method": args.methods,
+        "n_edits": args.n_edits,
+    }
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        models = root / "data" / "06_models"
+        if not models.exists():
+            models.parent.mkdir(parents=True, exist_ok=True)
+            models.symlink_to(PROJECT_ROOT / "data" / "06_models")
+        for name in UPSTREAM:
+            run_pipeline(name, params, root)
+        numbers = {}
+        for profile in PROFILES:
+            profiled = {**params, "hparams_profile": profile}
+            run_pipeline("editing", profiled, root)
+            catalog = run_pipeline("evaluation", profiled, root)
+            numbers[profile] = profile_numbers(catalog, methods)
+    return {
+        "dataset": args.dataset,
+        "n_edits_per_risk": args.n_edits,
+        "methods": {
+            method: {
+                **{profile: numbers[profile][method] for profile in PROFILES},
+                "fast_within_faithful_ci": within_ci(
+                    numbers["faithful"][method], numbers["fast"][method]
+                ),
+            }
+            for method in methods
+        },
+    }
+
+
 def main() -> None:
     parser = model_parser(__doc__)
     parser.add_argument("--n-edits", type=int, default=10)
     parser.add_argument("--methods", default=METHODS)
-    print_result(run, parser.parse_args())
+    parser.add_argument("--hparams-profile", default="faithful", choices=PROFILES)
+    parser.add_argument("--compare-profiles", action="store_true")
+    parser.add_argument("--keep", type=Path, help="--compare-profiles: outputs here")
+    args = parser.parse_args()
+    print_result(compare_profiles if args.compare_profiles else run, args)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import pytest
 from kebench.project import run_pipeline
 
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
-# the first edit of each risk: one benign update, one misinformation, one bias claim
-# The CPU-tuned hparams profile: what `make run` uses.
+# the first edit of each risk: one benign update, one misinformation, one bias claim,
+# with the CPU-tuned hparams profile that `make run` uses
 DEMO_EDITS = {
     "dataset": "demo",
     "method": "ROME+IKE",
