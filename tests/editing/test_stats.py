@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kebench.editing.forward import get_module
-from kebench.editing.registry import EditContext
+from kebench.editing.interface import EditContext
 from kebench.editing.stats import (
     CorpusUnavailableError,
     ProvenanceMismatchError,
@@ -185,7 +185,7 @@ RESUMABLE_RUN = """
 import sys
 from pathlib import Path
 import torch
-from kebench.editing.registry import EditContext
+from kebench.editing.interface import EditContext
 from kebench.editing.stats import second_moments
 from kebench.models.loading import load_model
 from kebench.models.registry import model_spec

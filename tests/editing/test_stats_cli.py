@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from kebench.cli import cli
-from kebench.editing.registry import EditContext
+from kebench.editing.interface import EditContext
 from kebench.editing.stats import read_provenance, second_moments
 from tests.models.shared import MODEL
 
