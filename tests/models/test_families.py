@@ -3,7 +3,8 @@
 For each family: the folder loads as ``--params model=<folder>``; the hparams derived
 from its architecture name real modules; every weight method edits, changes the output
 and reverts bit-exactly; the batched scorer, left- and right-padded, equals a plain
-forward pass over the joint text, whose answer tokens are found by character offsets.
+forward pass over the joint text, whose answer tokens are found by character offsets;
+the value optimisation of ROME and MEMIT equals the reference's loss computed plainly.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from kebench.editing.forward import get_module
 from kebench.editing.hparams import Architecture, HparamsFiles, resolve_hparams
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
+from kebench.editing.rewrite import ValueSettings, optimise_value
 from kebench.models.loading import LoadedModel
 from kebench.models.registry import model_key
 from kebench.project import PROJECT_ROOT, load_config
-from kebench.scoring.logprobs import answer_text, score_answers
+from kebench.scoring.logprobs import answer_text, encode_pair, score_answers
 from tests.editing.cases import demo_requests
 from tests.models.tiny import FAMILIES, build_checkpoint, load_checkpoint
 
@@ -177,3 +179,132 @@ def test_the_batched_scorer_equals_the_joint_text(checkpoints, model_type, side)
     for score, prompt, answer in zip(scores, prompts, answers, strict=True):
         expected = joint_text_logprob(lm, prompt, answer)
         assert score.logprob == pytest.approx(expected, abs=1e-4), (prompt, answer)
+
+
+def reference_value(  # noqa: PLR0913 - the edit and the optimisation's settings
+    lm: LoadedModel,
+    request,
+    templates: list[str],
+    *,
+    layer_path: str,
+    init_norm: float,
+    settings: ValueSettings,
+) -> torch.Tensor:
+    """δ of the reference's value optimisation, written plainly: one unpadded full
+    forward per text, δ added by a hook at the subject's last token (found by
+    character offsets), full logits, the loss as kmeng01/rome writes it."""
+    tokenizer, model = lm.tokenizer, lm.model
+    d = model.get_output_embeddings().in_features
+
+    def subject_end(text: str, start: int) -> tuple[list[int], int]:
+        end = start + len(request.subject)
+        encoded = tokenizer(text, return_offsets_mapping=True)
+        hits = [
+            i
+            for i, (s, e) in enumerate(encoded["offset_mapping"])
+            if s < end and e > start
+        ]
+        return encoded["input_ids"], hits[-1]
+
+    rewriting = []
+    for template in templates:
+        prompt = template.replace("{}", request.text)
+        start = template.index("{}") + request.text.index(request.subject)
+        prompt_ids, target_ids = encode_pair(tokenizer, prompt, request.target_new)
+        _, col = subject_end(prompt, start)
+        rewriting.append(
+            (prompt_ids + target_ids[:-1], col, len(prompt_ids), target_ids)
+        )
+    kl_ids, kl_col = subject_end(f"{request.subject} is a", 0)
+
+    delta = torch.zeros(d, requires_grad=True)
+    where: dict[str, int] = {}
+
+    def add(_module, _args, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        hidden = hidden.clone()
+        hidden[0, where["col"]] += delta
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    handle = get_module(model, layer_path).register_forward_hook(add)
+    optimiser = torch.optim.Adam([delta], lr=settings.lr)
+    kl_start = None
+    try:
+        for step in range(settings.steps):
+            nll = 0.0
+            for ids, col, n_prompt, target_ids in rewriting:
+                where["col"] = col
+                logp = torch.log_softmax(
+                    model(input_ids=torch.tensor([ids])).logits[0], -1
+                )
+                nll = nll - sum(
+                    logp[n_prompt - 1 + j, t] for j, t in enumerate(target_ids)
+                ) / len(target_ids)
+            nll = nll / len(rewriting)
+            where["col"] = kl_col
+            kl_now = torch.log_softmax(
+                model(input_ids=torch.tensor([kl_ids])).logits[0, kl_col], -1
+            )
+            if kl_start is None:
+                kl_start = kl_now.detach()
+            kl = (kl_now.exp() * (kl_now - kl_start)).sum()
+            loss = (
+                nll
+                + settings.kl_factor * kl
+                + settings.weight_decay * delta.norm() / init_norm**2
+            )
+            if loss < 5e-2 or step == settings.steps - 1:
+                break
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            with torch.no_grad():
+                bound = settings.clamp_norm_factor * init_norm
+                if delta.norm() > bound:
+                    delta.mul_(bound / delta.norm())
+    finally:
+        handle.remove()
+    return delta.detach()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_value_optimisation_is_the_reference_loss_computed_plainly(
+    checkpoints, model_type
+):
+    """optimise_value (prefix and lower layers cached, logits at the targets only)
+    against the plain reference above, on every family's architecture."""
+    lm = tiny(checkpoints, model_type)
+    values = derived(lm, "ROME")
+    layer = values["layers"][0]
+    request = demo_requests()[0]
+    templates = ["{}", "The weather today is mild. {}", "I think that. {}"]
+    settings = ValueSettings(
+        steps=4,
+        lr=0.5,
+        weight_decay=0.5,
+        kl_factor=0.0625,
+        clamp_norm_factor=4.0,
+        stop_loss=None,
+    )
+    init_norm = 3.0
+    expected = reference_value(
+        lm,
+        request,
+        templates,
+        layer_path=values["layer_module_tmp"].format(layer),
+        init_norm=init_norm,
+        settings=settings,
+    )
+    found = optimise_value(
+        lm,
+        request,
+        templates,
+        layer_tmp=values["layer_module_tmp"],
+        layer=layer,
+        init_norm=init_norm,
+        settings=settings,
+    )
+    assert found.steps == settings.steps - 1
+    assert float(expected.norm()) > 0
+    torch.testing.assert_close(found.delta, expected, rtol=1e-4, atol=1e-5)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from kebench.editing.delta import ParamDelta
 from kebench.scoring.logprobs import pad_batch
@@ -199,16 +200,138 @@ def frozen_below(
         handle.remove()
     as_tuple = isinstance(stored["output"], tuple)
     cached = first_tensor(stored["output"]).detach()
+    with _replaced_below(
+        model, layer_tmp, last_frozen, _Replay(cached, as_tuple, edit)
+    ):
+        yield
+
+
+@dataclass
+class SplitBatch:
+    """Rows cut at one token each (the subject's last), laid out so that every row's
+    cut token sits at column ``width``: what precedes it left-padded, the rest
+    right-padded. Positions count each row's own tokens.
+
+    Attributes:
+        cuts: each row's cut, as an index into the row's own tokens.
+    """
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    positions: torch.Tensor
+    width: int
+    cuts: list[int]
+
+    @classmethod
+    def of(
+        cls,
+        sequences: Sequence[Sequence[int]],
+        cuts: Sequence[int],
+        pad_id: int,
+        device: torch.device,
+    ) -> SplitBatch:
+        width = max(cuts)
+        tail = max(len(seq) - cut for seq, cut in zip(sequences, cuts, strict=True))
+        ids = torch.full((len(sequences), width + tail), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, (seq, cut) in enumerate(zip(sequences, cuts, strict=True)):
+            start = width - cut
+            ids[row, start : start + len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[row, start : start + len(seq)] = 1
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        return cls(
+            ids.to(device), mask.to(device), positions.to(device), width, list(cuts)
+        )
+
+    def after_cut(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """Columns (in the rows' own tokens) as columns of the part from the cut on."""
+        cuts = torch.tensor(self.cuts, device=cols.device)
+        return cols - cuts[rows]
+
+
+@contextmanager
+def frozen_prefix(
+    model: nn.Module,
+    layer_tmp: str,
+    last_frozen: int,
+    batch: SplitBatch,
+    edit: Callable[[torch.Tensor], torch.Tensor],
+) -> Iterator[Callable[[], torch.Tensor]]:
+    """Like ``frozen_below``, and also the tokens before each row's cut at every layer.
+
+    ``edit`` changes layer ``last_frozen``'s output at the cut tokens only (a vector at
+    the subject's last token), so what comes before the cut never changes: its keys and
+    values at every layer are computed once, and each pass inside the block runs only
+    the tokens from the cut on, through the layers above ``last_frozen``. The block
+    gets a function that runs that pass and returns its last hidden states, (rows,
+    tokens from the cut). Only for layers whose weights do not change inside the block.
+    """
+    stored: dict[str, object] = {}
+
+    def keep(_module: nn.Module, _args: tuple, output: object) -> None:
+        stored["output"] = output
+
+    # plain layers for every model: a sliding-window layer would drop the prefix
+    cache = DynamicCache()
+    handle = get_module(model, layer_tmp.format(last_frozen)).register_forward_hook(
+        keep
+    )
+    try:
+        with torch.no_grad():
+            model.base_model(
+                input_ids=batch.ids,
+                attention_mask=batch.mask,
+                position_ids=batch.positions,
+                cache=cache,
+                use_cache=True,
+            )
+    finally:
+        handle.remove()
+    prefix = _prefix_of(cache, batch.width)
+    as_tuple = isinstance(stored["output"], tuple)
+    after = first_tensor(stored["output"])[:, batch.width :].detach()
+
+    def run() -> torch.Tensor:
+        _restore(cache, prefix)
+        return model.base_model(
+            input_ids=batch.ids[:, batch.width :],
+            attention_mask=batch.mask,
+            position_ids=batch.positions[:, batch.width :],
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state
+
+    with _replaced_below(model, layer_tmp, last_frozen, _Replay(after, as_tuple, edit)):
+        yield run
+
+
+def _prefix_of(cache: DynamicCache, width: int) -> list[tuple[torch.Tensor, ...]]:
+    """Every layer's keys and values of the first ``width`` tokens, detached."""
+    return [
+        (layer.keys[..., :width, :].detach(), layer.values[..., :width, :].detach())
+        for layer in cache.layers
+    ]
+
+
+def _restore(cache: DynamicCache, prefix: list[tuple[torch.Tensor, ...]]) -> None:
+    """Every layer back to the stored prefix (a pass appends the tokens it ran; its
+    graph must not reach the next pass)."""
+    for layer, (keys, values) in zip(cache.layers, prefix, strict=True):
+        layer.keys, layer.values = keys, values
+
+
+@contextmanager
+def _replaced_below(
+    model: nn.Module, layer_tmp: str, last_frozen: int, replay: _Replay
+) -> Iterator[None]:
+    """Layers below ``last_frozen`` pass their input through, which ``replay``
+    replaces; the layers come back on exit."""
     originals = []
     for index in range(last_frozen + 1):
         parent_path, _, child = layer_tmp.format(index).rpartition(".")
         parent = get_module(model, parent_path)
         originals.append((parent, child, getattr(parent, child)))
-        stub = (
-            _Replay(cached, as_tuple, edit)
-            if index == last_frozen
-            else _Passthrough(as_tuple)
-        )
+        stub = replay if index == last_frozen else _Passthrough(replay.as_tuple)
         setattr(parent, child, stub)
     try:
         yield

@@ -21,9 +21,11 @@ and ``memit``) computes, in our own implementation:
   stops when the loss is below 0.05, or after ``v_num_grad_steps`` evaluations
   (``v_num_grad_steps`` − 1 steps), as the reference's does.
 
-kebench's own speed levers change nothing that is computed: the layers below the
-edited one run once and their output is replayed (``frozen_below``), and logits are
-computed only at the target tokens. Its one extension that does change the result,
+kebench's own speed levers change nothing that is computed. δ enters at the subject's
+last token, so the tokens before it never change, and the layers up to the edited one
+never change for any token: both are computed once (``frozen_prefix``), and each step
+runs only the tokens from the subject on through the layers above. Logits are computed
+only at the target tokens. Its one extension that does change the result,
 ``v_stop_loss`` (stop once the targets' mean NLL is below it), is off (None) unless an
 hparams file sets it: the fast profile's files do.
 """
@@ -37,7 +39,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kebench.editing.forward import Batch, add_at, capture, frozen_below, logits_at
+from kebench.editing.forward import (
+    Batch,
+    SplitBatch,
+    add_at,
+    capture,
+    frozen_prefix,
+)
 from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.requests import EditRequest
 from kebench.editing.stats import STARTERS, second_moments
@@ -247,31 +255,38 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
     sequences, subject_cols, rows, cols, labels, n_rewrite = _targets(
         lm, request, templates
     )
-    batch = Batch.of(sequences, lm.tokenizer.pad_token_id, lm.device)
-    # the KL term reads the next-token distribution at the KL prompt's subject token
-    kl_row, kl_col = len(sequences) - 1, subject_cols[-1]
-    at_rows = torch.tensor([*rows, kl_row], device=lm.device)
-    at_cols = torch.tensor([*cols, kl_col], device=lm.device)
-    labels_t = torch.tensor(labels, device=lm.device)
+    # δ enters at each row's subject token: what precedes it is computed once
+    batch = SplitBatch.of(sequences, subject_cols, lm.tokenizer.pad_token_id, lm.device)
     rows_t = torch.tensor(rows, device=lm.device)
+    kl_row = len(sequences) - 1
+    # the KL term reads the next-token distribution at the KL prompt's subject token
+    at_rows = torch.cat([rows_t, torch.tensor([kl_row], device=lm.device)])
+    at_cols = batch.after_cut(
+        at_rows,
+        torch.tensor([*cols, subject_cols[-1]], device=lm.device),
+    )
+    labels_t = torch.tensor(labels, device=lm.device)
     counts = torch.bincount(rows_t, minlength=n_rewrite).float()
     delta = torch.zeros(model.get_output_embeddings().in_features, device=lm.device)
     delta.requires_grad_(True)
     optimiser = torch.optim.Adam([delta], lr=settings.lr)
     edit = add_at(
         torch.arange(len(sequences), device=lm.device),
-        torch.tensor(subject_cols, device=lm.device),
+        torch.zeros(len(sequences), dtype=torch.long, device=lm.device),
         delta,
     )
     max_norm = settings.clamp_norm_factor * init_norm
     kl_start = None
     nll_value = float("inf")
     taken = 0
-    with frozen_below(model, layer_tmp, layer, batch, edit), torch.enable_grad():
+    head = model.get_output_embeddings()
+    with (
+        frozen_prefix(model, layer_tmp, layer, batch, edit) as run_after_cut,
+        torch.enable_grad(),
+    ):
         for evaluation in range(settings.steps):
-            logprobs = torch.log_softmax(
-                logits_at(model, batch, at_rows, at_cols), dim=-1
-            )
+            hidden = run_after_cut()
+            logprobs = torch.log_softmax(head(hidden[at_rows, at_cols]).float(), dim=-1)
             token_lp = logprobs[:-1].gather(1, labels_t[:, None]).squeeze(1)
             per_row = torch.zeros(n_rewrite, device=lm.device).index_add(
                 0, rows_t, -token_lp

@@ -1,6 +1,6 @@
 """The folder of a model's edit deltas: one safetensors file and one manifest row per edit.
 
-Layout under the store's root (``data/07_model_output/<dataset>/<model>/deltas``):
+Layout under the store's root (``data/07_model_output/<dataset>/<model>/<profile>/deltas``):
 
     <METHOD>/<mode>/<case>.safetensors   the delta (batch mode: <batch>.safetensors)
     <METHOD>/<mode>/<case>.json          its manifest row (``EDIT_DELTAS`` columns)
