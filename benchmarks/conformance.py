@@ -1,0 +1,1055 @@
+"""Conformance of kebench's editing methods with EasyEdit's, run side by side (issue 14).
+
+Usage: python benchmarks/conformance.py --easyedit DIR
+           [--methods ROME+R-ROME+MEMIT+FT-L+FT-M+KN+IKE] [--edits 3] [--speed N]
+           [--out FILE] [--store [DIR]] [--model smollm2-135m] [--dataset demo]
+
+DIR is an EasyEdit checkout (its ``easyeditor`` folder), which this script imports and
+runs in the same process; EasyEdit is never a dependency of kebench, and none of its
+code is in this repository. Both implementations get identical inputs:
+
+    model: the run model as a pipeline run loads it (one object, shared);
+    edits: the dataset's first ``--edits`` edit requests, each edited alone (EasyEdit's
+        request dicts as its editor builds them: the prompt with the subject filled
+        in, ``subject``, ``target_new``, ``ground_truth``);
+    hparams: kebench's faithful values for the model, resolved as a run resolves them,
+        with kebench's own extensions off (EXTENSIONS_OFF), fewer optimisation steps
+        (STEP_OVERRIDES) and the covariance corpus below; EasyEdit's hparams class
+        gets the keys it has, plus its runtime keys;
+    context templates: groups of EasyEdit MEMIT's shape (``[["{}"], [five texts of
+        10 tokens]]``), sampled once by kebench's sampler and kept in TEMPLATES (the
+        sampler of EasyEdit, ``generate_fast``, wrote runs of punctuation with this
+        transformers); kebench gets the groups (``EditContext.context_templates``),
+        EasyEdit's ROME and R-ROME their flattening in their module caches, its
+        MEMIT the groups;
+    covariance: EasyEdit reads Wikipedia, which cannot be done offline. Its statistics
+        function (``layer_stats``, behind ROME's ``get_inv_cov``, R-ROME's and MEMIT's
+        ``get_cov``) is replaced by one returning kebench's C = E[k kᵀ]
+        (``kebench.editing.stats.second_moments``) over CORPUS, a text file of texts the
+        model wrote once; EasyEdit's getters then invert or use C as they do. kebench's
+        methods read the same file as their ``mom2_dataset``;
+    tokenizer: the padding side EasyEdit's editor sets: right for ROME, R-ROME and
+        MEMIT, left for the other methods;
+    model_name (EasyEdit picks code paths by substrings of it: KN's module names, the
+        T5 and ChatGLM branches): ``<model_type>/<model>``, ``llama/smollm2-135m``.
+
+EasyEdit is imported without running its package ``__init__`` files, which import
+every method and trainer it has, and with them hydra, higher, openai and more:
+``easyeditor``, ``easyeditor.models``, ``easyeditor.util`` and ``easyeditor.evaluate``
+are registered as bare packages over the checkout's folders, so that only the method
+modules compared here (and what they import) run. Its ``evaluate.py`` gives IKE's
+prompt; the two modules it imports and IKE's prompt does not use (MELO's LoRA class,
+the metric helpers) are stand-ins.
+
+IKE changes no weights. EasyEdit retrieves demonstrations with a sentence-embedding
+model, which is not available offline; here its demonstration sentences
+(``encode_ike_facts``) are built from the same pool kebench gets (the dataset's first
+POOL_SIZE edits, less the edited case and its subject), ordered by the words each
+shares with the edited prompt, and its first ``k`` become the in-context examples of
+its evaluation prompt (``compute_icl_edit_quality``). Compared: the text each feeds
+the model before the answer.
+
+Prints one JSON object: per method, per edit and their mean,
+    cosine: <ΔW_kebench, ΔW_EasyEdit> / (‖ΔW_kebench‖ ‖ΔW_EasyEdit‖), over every
+        parameter either changed (per parameter as well for several);
+    norm_ratio: ‖ΔW_kebench‖ / ‖ΔW_EasyEdit‖ (Frobenius);
+    logprob_kebench, logprob_easyedit: log P(target_new | prompt) after each one's
+        edit (kebench.scoring), and logprob_diff = kebench - EasyEdit;
+    IKE: same_text, and the log-probs after each one's prompt.
+A method kebench has not registered is skipped with a message.
+
+--speed N: ROME and MEMIT at these identical settings, kebench and EasyEdit alternately
+N times each in this process (after one untimed edit each): seconds per edit and
+ratio = EasyEdit / kebench.
+
+--store [DIR] (default tests/editing/data/conformance): EasyEdit's outputs as the
+reference data of tests/editing/test_conformance.py, which checks kebench against them
+without EasyEdit. In DIR: TEMPLATES and CORPUS (made once, then reused: they are the
+inputs), ``reference.json`` (the edits, IKE's pool, the EasyEdit commit, a fingerprint
+of each covariance: trace and C·g for a stored probe g) and per method
+``<method>.json`` (both sides' hparams, per edit the post-edit log-prob, the delta's
+norm and layout; IKE: the prompt text) with ``<method>.safetensors``: ROME, R-ROME,
+MEMIT: each layer's factors (W += left @ rightᵀ); KN: the changed columns and their
+indices; FT-L, FT-M: the sketches ΔW·G_in and G_outᵀ·ΔW, G stored in ``sketch.safetensors``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import logging
+import math
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
+with contextlib.redirect_stdout(sys.stderr):
+    import numpy as np
+    import torch
+    from editing import edit_requests
+    from model_cli import model_parser, print_result, project_model
+    from safetensors.torch import save_file
+
+    from kebench.datasets.atomic import atomic_path
+    from kebench.editing.datasets import EditHparamsDataset
+    from kebench.editing.delta import Delta, ParamDelta, delta_applied
+    from kebench.editing.forward import get_module, outer_change, weight_is_transposed
+    from kebench.editing.hparams import Architecture, resolve_hparams
+    from kebench.editing.interface import EditContext
+    from kebench.editing.registry import get_method
+    from kebench.editing.requests import EditRequest
+    from kebench.editing.rewrite import context_templates
+    from kebench.editing.stats import sample_texts, second_moments
+    from kebench.models.loading import LoadedModel
+    from kebench.project import PROJECT_ROOT, load_config
+    from kebench.scoring.logprobs import answer_text, score_answers
+
+logger = logging.getLogger("benchmarks.conformance")
+
+METHODS = "ROME+R-ROME+MEMIT+FT-L+FT-M+KN+IKE"
+SPEED_METHODS = ("ROME", "MEMIT")
+DATA = PROJECT_ROOT / "tests" / "editing" / "data" / "conformance"
+TEMPLATES = "templates.json"
+CORPUS = "corpus.txt"
+REFERENCE = "reference.json"
+SKETCH = "sketch.safetensors"
+COVARIANCE = "covariance.safetensors"
+# Texts of the covariance corpus (64 new tokens each): about 8k tokens.
+CORPUS_TEXTS = 128
+# IKE's demonstrations come from the dataset's first edits (the demo edits 20).
+POOL_SIZE = 20
+# Columns of the Gaussian sketches of a dense delta (FT).
+SKETCH_COLUMNS = 16
+SEED = 0
+# EasyEdit MEMIT's one template setting: 5 samples of 10 tokens.
+TEMPLATE_LENGTHS = [[10, 5]]
+COVARIANCE_KEYS = ("mom2_dataset", "mom2_n_samples")
+# kebench's own extensions, off where its hparams have them: KN's neuron cap, the
+# early stop of the value optimisation.
+EXTENSIONS_OFF = {"max_neurons": None, "v_stop_loss": None}
+# Fewer optimisation steps than the faithful files' 25: the same computation, cheaper
+# to run on both sides (and in CI); both get these values.
+STEP_OVERRIDES = {
+    "ROME": {"v_num_grad_steps": 10},
+    "R-ROME": {"v_num_grad_steps": 10},
+    "MEMIT": {"v_num_grad_steps": 10},
+    "FT-L": {"num_steps": 10},
+    "FT-M": {"num_steps": 10},
+}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How EasyEdit runs a kebench method: its alg_name, hparams class (module,
+    name), the padding side its editor sets, and the runner of one edit."""
+
+    alg_name: str
+    hparams_class: tuple[str, str]
+    padding_side: str
+    run: Callable[..., Delta]
+    weights: bool = True
+
+
+# --- EasyEdit, imported without its package __init__ files -------------------------
+
+
+def _bare_package(name: str, folder: Path) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__path__ = [str(folder)]
+    sys.modules[name] = module
+    return module
+
+
+def _unused(name: str) -> object:
+    def stand_in(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError(f"EasyEdit's {name} is not loaded by the conformance run")
+
+    return stand_in
+
+
+def import_easyedit(root: Path) -> types.SimpleNamespace:
+    """EasyEdit's method modules from the checkout ``root`` (module docstring)."""
+    if not (root / "easyeditor" / "models" / "rome").is_dir():
+        raise SystemExit(f"--easyedit {root}: no easyeditor/models/rome there")
+    for name in ("easyeditor", "easyeditor.models", "easyeditor.util"):
+        _bare_package(name, root / name.replace(".", "/"))
+    _bare_package("easyeditor.evaluate", root / "easyeditor" / "evaluate")
+    _bare_package("easyeditor.models.melo", root / "easyeditor" / "models" / "melo")
+    melo = types.ModuleType("easyeditor.models.melo.melo")
+    melo.LORA = type("LORA", (), {})
+    sys.modules[melo.__name__] = melo
+    metrics = types.ModuleType("easyeditor.evaluate.evaluate_utils")
+    metrics.__getattr__ = _unused
+    sys.modules[metrics.__name__] = metrics
+    hparams = importlib.import_module("easyeditor.util.hparams")
+    sys.modules["easyeditor.util"].HyperParams = hparams.HyperParams
+
+    def load(name: str) -> types.ModuleType:
+        return importlib.import_module(f"easyeditor.{name}")
+
+    commit = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return types.SimpleNamespace(
+        rome=load("models.rome.rome_main"),
+        rome_u=load("models.rome.compute_u"),
+        r_rome=load("models.r_rome.r_rome_main"),
+        r_rome_u=load("models.r_rome.compute_u"),
+        memit=load("models.memit.memit_main"),
+        ft=load("models.ft.ft_main"),
+        kn=load("models.kn.kn_main"),
+        ike=load("models.ike.ike_hparams"),
+        ike_facts=load("models.ike.util"),
+        evaluate=load("evaluate.evaluate"),
+        root=str(root),
+        commit=commit or "unknown",
+    )
+
+
+def easyedit_name(lm: LoadedModel) -> str:
+    """The model_name EasyEdit's substring tests read (module docstring)."""
+    return f"{lm.model.config.model_type}/{lm.name}"
+
+
+def easyedit_request(request: EditRequest) -> dict[str, Any]:
+    """The request dict EasyEdit's editor builds from kebench's request."""
+    return {
+        "case_id": request.case_id,
+        "prompt": request.text,
+        "subject": request.subject,
+        "target_new": request.target_new,
+        # EasyEdit's own placeholder when a ground truth is unknown
+        "ground_truth": request.target_true or "<|endoftext|>",
+        "portability": {},
+        "locality": {},
+    }
+
+
+@contextlib.contextmanager
+def easyedit_call(lm: LoadedModel, padding_side: str) -> Iterator[None]:
+    """EasyEdit's padding side meanwhile; afterwards the tokenizer's and every
+    parameter's ``requires_grad`` as they were (EasyEdit's FT and ROME set them)."""
+    tokenizer = lm.tokenizer
+    side = tokenizer.padding_side
+    flags = {name: p.requires_grad for name, p in lm.model.named_parameters()}
+    tokenizer.padding_side = padding_side
+    try:
+        yield
+    finally:
+        tokenizer.padding_side = side
+        for name, param in lm.model.named_parameters():
+            param.requires_grad_(flags[name])
+
+
+class Covariance:
+    """EasyEdit's ``layer_stats`` stand-in: kebench's C over the given corpus."""
+
+    def __init__(self, lm: LoadedModel, stats_dir: Path) -> None:
+        self.lm = lm
+        self.context = EditContext(stats_dir=stats_dir, seed=SEED)
+        # module path -> the C EasyEdit was given (the reference's fingerprints)
+        self.given: dict[str, torch.Tensor] = {}
+
+    def matrix(
+        self, path: str, dataset: str, n_samples: int, dtype: str
+    ) -> torch.Tensor:
+        moment = second_moments(
+            self.lm,
+            [path],
+            dataset=dataset,
+            n_samples=n_samples,
+            dtype_name=dtype,
+            context=self.context,
+        )[path]
+        self.given[path] = moment
+        return moment
+
+    def layer_stats(  # noqa: PLR0913, PLR0917 - EasyEdit's signature
+        self,
+        model: object,
+        tok: object,
+        layer_name: str,
+        stats_dir: str,
+        ds_name: str,
+        to_collect: Sequence[str],
+        sample_size: int | None = None,
+        precision: str | None = None,
+        **kwargs: object,
+    ) -> types.SimpleNamespace:
+        moment = self.matrix(layer_name, ds_name, sample_size, precision or "float32")
+        return types.SimpleNamespace(mom2=types.SimpleNamespace(moment=moment.clone))
+
+    def install(self, ee: types.SimpleNamespace) -> None:
+        for module in (ee.rome_u, ee.r_rome_u, ee.memit):
+            module.layer_stats = self.layer_stats
+        ee.rome_u.inv_mom2_cache.clear()
+        ee.r_rome_u.inv_mom2_cache.clear()
+        ee.memit.COV_CACHE.clear()
+
+
+# --- EasyEdit's side of each method: one edit, as a kebench Delta of its exact change
+
+
+def _factors(lm: LoadedModel, deltas: dict, out_first: bool) -> Delta:
+    """EasyEdit's per-weight factor pairs as low-rank changes (W += left @ rightᵀ)."""
+    params = {}
+    for name, (first, second) in deltas.items():
+        module = get_module(lm.model, name.removesuffix(".weight"))
+        out_vecs, in_vecs = (first, second) if out_first else (second, first)
+        if out_vecs.dim() == 1:
+            out_vecs, in_vecs = out_vecs[:, None], in_vecs[:, None]
+        params[name] = outer_change(module, out_vecs, in_vecs)
+    return Delta(params=params)
+
+
+def run_rome(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's ROME: (u, v) with ΔW = v uᵀ, u in the key space."""
+    ee.rome.CONTEXT_TEMPLATES_CACHE = flatten(inputs.templates)
+    deltas = ee.rome.execute_rome(lm.model, lm.tokenizer, request, hparams)
+    return _factors(lm, deltas, out_first=False)
+
+
+def run_r_rome(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's R-ROME, with the keys its hparams choose."""
+    ee.r_rome.CONTEXT_TEMPLATES_CACHE = flatten(inputs.templates)
+    deltas = ee.r_rome.execute_r_rome(lm.model, lm.tokenizer, request, hparams)
+    return _factors(lm, deltas, out_first=False)
+
+
+def run_memit(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's MEMIT: per layer (adj_k, resid) with ΔW = resid adj_kᵀ."""
+    ee.memit.CONTEXT_TEMPLATES_CACHE = [list(group) for group in inputs.templates]
+    deltas = ee.memit.execute_memit(lm.model, lm.tokenizer, [request], hparams)
+    return _factors(lm, deltas, out_first=False)
+
+
+def run_ft(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
+    """EasyEdit's FT: the whole change of each trained weight."""
+    deltas = ee.ft.execute_ft(lm.model, lm.tokenizer, [request], hparams)
+    return Delta(
+        params={
+            name: ParamDelta("dense", {"values": change.detach().float().cpu()})
+            for name, change in deltas.items()
+        }
+    )
+
+
+def run_kn(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's KN edits the weights in place: the columns it changed (rows for a
+    Conv1D weight), read off the output projections, then undone."""
+    rewrite_tmp = inputs.kebench["KN"]["rewrite_module_tmp"]
+    names = [
+        f"{rewrite_tmp.format(layer)}.weight"
+        for layer in range(lm.model.config.num_hidden_layers)
+    ]
+    before = {name: lm.model.get_parameter(name).detach().clone() for name in names}
+    params = {}
+    try:
+        _model, undo = ee.kn.apply_kn_to_model(
+            lm.model, lm.tokenizer, [request], hparams
+        )
+        for name in names:
+            change = (lm.model.get_parameter(name).detach() - before[name]).float()
+            module = get_module(lm.model, name.removesuffix(".weight"))
+            dim = 0 if weight_is_transposed(module) else 1
+            index = change.ne(0).any(dim=1 - dim).nonzero().flatten()
+            if index.numel():
+                params[name] = ParamDelta(
+                    "index",
+                    {
+                        "index": index.cpu(),
+                        "values": change.index_select(dim, index).cpu(),
+                    },
+                    dim=dim,
+                )
+        undo()
+    finally:
+        with torch.no_grad():
+            for name in names:
+                lm.model.get_parameter(name).copy_(before[name])
+    return Delta(params=params)
+
+
+METHOD_SPECS = {
+    "ROME": MethodSpec("ROME", ("rome", "ROMEHyperParams"), "right", run_rome),
+    "R-ROME": MethodSpec(
+        "R-ROME", ("r_rome", "R_ROMEHyperParams"), "right", run_r_rome
+    ),
+    "MEMIT": MethodSpec("MEMIT", ("memit", "MEMITHyperParams"), "right", run_memit),
+    "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
+    "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
+    "KN": MethodSpec("KN", ("kn", "KNHyperParams"), "left", run_kn),
+    "IKE": MethodSpec("IKE", ("ike", "IKEHyperParams"), "left", None, weights=False),
+}
+
+
+def flatten(groups: Sequence[Sequence[str]]) -> list[str]:
+    """ROME's flat template list from the groups (``"{}"`` first)."""
+    return [template for group in groups for template in group]
+
+
+# --- inputs: templates, corpus, hparams --------------------------------------------
+
+
+@dataclass
+class Inputs:
+    """What both implementations get (module docstring)."""
+
+    folder: Path
+    requests: list[EditRequest]
+    pool: list[EditRequest]
+    templates: list[list[str]]
+    kebench: dict[str, dict[str, Any]]
+    stats_dir: Path
+
+    @property
+    def corpus(self) -> Path:
+        return self.folder / CORPUS
+
+    def context(self, cache: dict | None = None) -> EditContext:
+        return EditContext(
+            stats_dir=self.stats_dir,
+            pool=self.pool,
+            seed=SEED,
+            cache={} if cache is None else cache,
+            context_templates=self.templates,
+        )
+
+
+def make_templates(lm: LoadedModel, folder: Path) -> list[list[str]]:
+    """Template groups of EasyEdit MEMIT's shape (``["{}"]``, then five texts of 10
+    tokens), sampled once by kebench's sampler (seeded) and kept."""
+    file = folder / TEMPLATES
+    if file.is_file():
+        return json.loads(file.read_text(encoding="utf-8"))["groups"]
+    context = EditContext(stats_dir=folder, seed=SEED)
+    groups = [list(g) for g in context_templates(lm, TEMPLATE_LENGTHS, context)]
+    record = {
+        "model": lm.name,
+        "sampled_by": f"kebench.editing.rewrite.context_templates {TEMPLATE_LENGTHS}, "
+        f"seed {SEED}",
+        "groups": groups,
+    }
+    _write_json(file, record)
+    return groups
+
+
+def make_corpus(lm: LoadedModel, folder: Path) -> Path:
+    """CORPUS_TEXTS texts the model writes (kebench's sampler, seeded), one paragraph
+    each, made once and kept."""
+    file = folder / CORPUS
+    if not file.is_file():
+        texts: list[str] = []
+        for texts in sample_texts(lm, CORPUS_TEXTS, SEED):  # noqa: B007 - the last is whole
+            pass
+        paragraphs = [" ".join(t.split()) for t in texts if t.strip()]
+        with atomic_path(file) as tmp:
+            tmp.write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    return file
+
+
+def kebench_hparams(
+    lm: LoadedModel, config, model: str, methods: Sequence[str], corpus: Path
+) -> dict[str, dict[str, Any]]:
+    """Each method's faithful hparams for the model, as a run resolves them, with
+    kebench's extensions off and the conformance corpus as covariance corpus."""
+    files = EditHparamsDataset(
+        str(PROJECT_ROOT / "conf" / "base" / "hparams"),
+        model,
+        config["catalog"]["model"]["registry"],
+    ).load()
+    architecture = Architecture.of(lm.model.config)
+    families = config["parameters"]["model_families"]
+    values = {}
+    for method in methods:
+        found = dict(resolve_hparams(method, files, architecture, families).values)
+        for key, value in EXTENSIONS_OFF.items():
+            if key in found or key in hparams_keys(method):
+                found[key] = value
+        if "mom2_dataset" in found:
+            found.update(mom2_dataset=str(corpus), mom2_n_samples=CORPUS_TEXTS)
+        if method == "KN":
+            # one batch of all integration steps (EasyEdit needs steps % batch_size == 0)
+            found["batch_size"] = found["steps"]
+        found.update(STEP_OVERRIDES.get(method, {}))
+        values[method] = found
+    return values
+
+
+def hparams_keys(method: str) -> set[str]:
+    """The keys of kebench's hparams class for ``method`` (none if unregistered)."""
+    if unavailable(method):
+        return set()
+    return {f.name for f in dataclasses.fields(get_method(method).hparams)}
+
+
+def easyedit_hparams(
+    ee, method: str, values: dict[str, Any], lm: LoadedModel, stats_dir: Path
+) -> tuple[Any, dict[str, Any]]:
+    """EasyEdit's hparams object for ``method``: the keys its class has, from
+    ``values``, and its runtime keys."""
+    spec = METHOD_SPECS[method]
+    module, name = spec.hparams_class
+    params_class = getattr(getattr(ee, module), name)
+    names = {f.name for f in dataclasses.fields(params_class)}
+    chosen = {key: value for key, value in values.items() if key in names}
+    chosen.update(
+        alg_name=spec.alg_name,
+        model_name=easyedit_name(lm),
+        device="cpu" if lm.device.type == "cpu" else str(lm.device),
+    )
+    if "stats_dir" in names:
+        chosen["stats_dir"] = str(stats_dir)
+    if method == "IKE":
+        chosen["sentence_model_name"] = "none (offline: see the IKE note)"
+    return params_class(**chosen), chosen
+
+
+# --- IKE: the text each implementation feeds the model ------------------------------
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def demonstration_pool(request: EditRequest, pool: Sequence[EditRequest]) -> list:
+    """The pool less the edited case and its subject, most shared words first (the
+    offline stand-in for EasyEdit's sentence-embedding retrieval)."""
+    others = [
+        r for r in pool if r.case_id != request.case_id and r.subject != request.subject
+    ]
+    words = _words(request.text)
+    return sorted(others, key=lambda r: -len(words & _words(r.text)))
+
+
+class RecordingTokenizer:
+    """The tokenizer, keeping every text it is called on."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self._tokenizer = tokenizer
+        self.texts: list[str] = []
+
+    def __call__(self, text: str, *args: object, **kwargs: object) -> object:
+        self.texts.append(text)
+        return self._tokenizer(text, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._tokenizer, name)
+
+
+def easyedit_ike_text(
+    ee, lm: LoadedModel, request: EditRequest, pool: Sequence[EditRequest], hparams
+) -> tuple[str, list[str]]:
+    """EasyEdit's evaluation prompt for the edit (with the answer), and its examples."""
+    records = [easyedit_request(r) for r in demonstration_pool(request, pool)]
+    captured: dict[str, Any] = {}
+    sentence_model = types.SimpleNamespace(
+        encode=lambda sentences: np.zeros((len(sentences), 1))
+    )
+    saved_pickle = ee.ike_facts.pickle
+    ee.ike_facts.pickle = types.SimpleNamespace(
+        dump=lambda data, _file, **_kw: captured.update(data), HIGHEST_PROTOCOL=5
+    )
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            hparams.results_dir = scratch
+            ee.ike_facts.encode_ike_facts(sentence_model, records, hparams)
+    finally:
+        ee.ike_facts.pickle = saved_pickle
+    examples = captured["sentences"][: hparams.k]
+    recorder = RecordingTokenizer(lm.tokenizer)
+    with torch.no_grad():
+        ee.evaluate.compute_icl_edit_quality(
+            lm.model,
+            hparams.model_name,
+            hparams,
+            recorder,
+            examples,
+            easyedit_request(request),
+            hparams.device,
+        )
+    joint = "".join(examples)
+    (text,) = [t for t in recorder.texts if t.startswith(joint) and t != joint][:1]
+    return text, examples
+
+
+# --- comparisons ------------------------------------------------------------------
+
+
+def compare_deltas(lm: LoadedModel, ours: Delta, theirs: Delta) -> dict[str, Any]:
+    """Cosine and norm ratio of two deltas over every parameter either changes."""
+    dot = ours_sq = theirs_sq = 0.0
+    per_param = {}
+    for name in sorted(set(ours.params) | set(theirs.params)):
+        param = lm.model.get_parameter(name)
+        a, b = (
+            d.params[name].full(param).double()
+            if name in d.params
+            else torch.zeros(param.shape, dtype=torch.double)
+            for d in (ours, theirs)
+        )
+        pair = (float((a * b).sum()), float(a.pow(2).sum()), float(b.pow(2).sum()))
+        dot, ours_sq, theirs_sq = dot + pair[0], ours_sq + pair[1], theirs_sq + pair[2]
+        per_param[name] = _cosine_ratio(*pair)
+    result = _cosine_ratio(dot, ours_sq, theirs_sq)
+    if len(per_param) > 1:
+        result["per_param"] = per_param
+    return result
+
+
+def _cosine_ratio(dot: float, ours_sq: float, theirs_sq: float) -> dict[str, float]:
+    denominator = math.sqrt(ours_sq * theirs_sq)
+    return {
+        "cosine": dot / denominator if denominator else float("nan"),
+        "norm_ratio": math.sqrt(ours_sq / theirs_sq) if theirs_sq else float("nan"),
+        "norm_kebench": math.sqrt(ours_sq),
+        "norm_easyedit": math.sqrt(theirs_sq),
+    }
+
+
+def neurons(delta: Delta) -> set[tuple[str, int]]:
+    """(parameter, index) of every slice an index delta changes (KN's neurons)."""
+    return {
+        (name, int(i))
+        for name, change in delta.params.items()
+        if change.kind == "index"
+        for i in change.tensors["index"]
+    }
+
+
+def logprob_after(lm: LoadedModel, delta: Delta, request: EditRequest) -> float:
+    """log P(target_new | prefix + prompt) with ``delta`` applied."""
+    with delta_applied(lm.model, delta):
+        (score,) = score_answers(
+            lm.model, lm.tokenizer, [delta.prefix + request.text], [request.target_new]
+        )
+    return score.logprob
+
+
+def summary(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
+    """The mean of each numeric key over the edits that have it."""
+    means = {}
+    for key in keys:
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        if values:
+            means[key] = statistics.mean(values)
+    return means
+
+
+def first_difference(a: str, b: str) -> int | None:
+    """The first index where two texts differ (None: equal)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass
+class EditPair:
+    """One edit by both implementations (``kebench`` None: kebench cannot run it)."""
+
+    request: EditRequest
+    kebench: Delta | None
+    easyedit: Delta
+    seconds_kebench: float
+    seconds_easyedit: float
+
+
+def timed(edit: Callable[[], Delta]) -> tuple[Delta, float]:
+    started = time.perf_counter()
+    delta = edit()
+    return delta, time.perf_counter() - started
+
+
+class Harness:
+    """Runs one method's edits on both implementations, with identical inputs."""
+
+    def __init__(self, ee, lm: LoadedModel, inputs: Inputs) -> None:
+        self.ee = ee
+        self.lm = lm
+        self.inputs = inputs
+        self.covariance = Covariance(lm, inputs.stats_dir)
+        self.covariance.install(ee)
+        self.cache: dict = {}
+
+    def easyedit_params(self, method: str) -> tuple[Any, dict[str, Any]]:
+        return easyedit_hparams(
+            self.ee, method, self.inputs.kebench[method], self.lm, self.inputs.stats_dir
+        )
+
+    def kebench_edit(self, method: str, request: EditRequest) -> Delta:
+        entry = get_method(method)
+        hparams = entry.hparams.from_dict(self.inputs.kebench[method], method)
+        context = self.inputs.context(self.cache)
+        return entry.compute(self.lm, [request], hparams, context)
+
+    def easyedit_edit(self, method: str, request: EditRequest) -> Delta:
+        spec = METHOD_SPECS[method]
+        hparams, _ = self.easyedit_params(method)
+        with easyedit_call(self.lm, spec.padding_side):
+            return spec.run(
+                self.ee, self.lm, easyedit_request(request), hparams, self.inputs
+            )
+
+    def pair(self, method: str, request: EditRequest, kebench: bool) -> EditPair:
+        ours, seconds = (
+            timed(lambda: self.kebench_edit(method, request))
+            if kebench
+            else (None, float("nan"))
+        )
+        theirs, their_seconds = timed(lambda: self.easyedit_edit(method, request))
+        return EditPair(request, ours, theirs, seconds, their_seconds)
+
+    def ike_text(self, request: EditRequest) -> tuple[str, list[str]]:
+        hparams, _ = self.easyedit_params("IKE")
+        with easyedit_call(self.lm, METHOD_SPECS["IKE"].padding_side):
+            return easyedit_ike_text(
+                self.ee, self.lm, request, self.inputs.pool, hparams
+            )
+
+    def ike_row(self, request: EditRequest, kebench: bool) -> dict[str, Any]:
+        theirs_text, examples = self.ike_text(request)
+        row: dict[str, Any] = {
+            "case_id": request.case_id,
+            "text_easyedit": theirs_text,
+            "examples_easyedit": examples,
+        }
+        if not kebench:
+            return row
+        ours = self.kebench_edit("IKE", request)
+        answer = answer_text(request.text, request.target_new)
+        ours_text = ours.prefix + request.text + answer
+        theirs_prompt = theirs_text.removesuffix(answer)
+        theirs = Delta(prefix=theirs_prompt.removesuffix(request.text))
+        row.update(
+            same_text=ours_text == theirs_text,
+            first_difference_at=first_difference(ours_text, theirs_text),
+            text_kebench=ours_text,
+            logprob_kebench=logprob_after(self.lm, ours, request),
+            logprob_easyedit=logprob_after(self.lm, theirs, request),
+        )
+        return row
+
+    def edit_row(self, pair: EditPair) -> dict[str, Any]:
+        lm, request = self.lm, pair.request
+        row = {"case_id": request.case_id}
+        row.update(compare_deltas(lm, pair.kebench, pair.easyedit))
+        if any(c.kind == "index" for c in pair.easyedit.params.values()):
+            ours, theirs = neurons(pair.kebench), neurons(pair.easyedit)
+            row.update(
+                neurons_kebench=len(ours),
+                neurons_easyedit=len(theirs),
+                neurons_shared=len(ours & theirs),
+            )
+        row.update(
+            logprob_kebench=logprob_after(lm, pair.kebench, request),
+            logprob_easyedit=logprob_after(lm, pair.easyedit, request),
+            seconds_kebench=pair.seconds_kebench,
+            seconds_easyedit=pair.seconds_easyedit,
+        )
+        row["logprob_diff"] = row["logprob_kebench"] - row["logprob_easyedit"]
+        return row
+
+
+ROW_KEYS = (
+    "cosine",
+    "norm_ratio",
+    "logprob_kebench",
+    "logprob_easyedit",
+    "logprob_diff",
+    "seconds_kebench",
+    "seconds_easyedit",
+)
+
+
+def unavailable(method: str) -> str | None:
+    """Why kebench cannot run ``method`` here, or None."""
+    try:
+        get_method(method)
+    except KeyError:
+        return f"kebench has no method {method!r} registered (yet)"
+    return None
+
+
+def compare_method(harness: Harness, method: str, store: Store | None) -> dict:
+    """Every edit of ``method`` on both sides: the rows, their mean, the hparams; with
+    ``store``, EasyEdit's outputs are written as reference data (even when kebench
+    cannot run the method yet)."""
+    _, ee_values = harness.easyedit_params(method)
+    result: dict[str, Any] = {
+        "hparams_kebench": harness.inputs.kebench[method],
+        "hparams_easyedit": _json_ready(ee_values, None),
+    }
+    why = unavailable(method)
+    if why and store is None:
+        return {**result, "skipped": f"{why}: skipped"}
+    rows, pairs = [], []
+    for request in harness.inputs.requests:
+        logger.info("%s: %s", method, request.case_id)
+        if method == "IKE":
+            rows.append(harness.ike_row(request, kebench=not why))
+        else:
+            pairs.append(harness.pair(method, request, kebench=not why))
+            if not why:
+                rows.append(harness.edit_row(pairs[-1]))
+    if store is not None:
+        store.method(harness, method, pairs, rows, ee_values)
+    if why:
+        return {**result, "skipped": f"{why}: EasyEdit's reference outputs stored"}
+    result["per_edit"] = rows
+    if method == "IKE":
+        result["mean"] = {
+            "same_text": statistics.mean(float(r["same_text"]) for r in rows),
+            **summary(rows, ("logprob_kebench", "logprob_easyedit")),
+        }
+    else:
+        result["mean"] = summary(rows, ROW_KEYS)
+    return result
+
+
+def measure_speed(harness: Harness, method: str, rounds: int) -> dict[str, Any]:
+    """kebench and EasyEdit alternately, ``rounds`` edits each, after one untimed
+    edit each (one-time costs: covariance, caches)."""
+    requests = harness.inputs.requests
+    harness.kebench_edit(method, requests[0])
+    harness.easyedit_edit(method, requests[0])
+    ours, theirs = [], []
+    for i in range(rounds):
+        request = requests[i % len(requests)]
+        ours.append(timed(lambda r=request: harness.kebench_edit(method, r))[1])
+        theirs.append(timed(lambda r=request: harness.easyedit_edit(method, r))[1])
+    return {
+        "rounds": rounds,
+        "kebench_s_per_edit": statistics.mean(ours),
+        "easyedit_s_per_edit": statistics.mean(theirs),
+        "ratio": statistics.mean(theirs) / statistics.mean(ours),
+        "kebench_s": ours,
+        "easyedit_s": theirs,
+    }
+
+
+# --- the reference outputs for CI -----------------------------------------------------
+
+
+def request_record(request: EditRequest) -> dict[str, Any]:
+    return dataclasses.asdict(request)
+
+
+def _json_ready(values: dict[str, Any], folder: Path | None) -> dict[str, Any]:
+    """Hparams as JSON: the corpus by its file name when it is in ``folder``, no
+    model objects."""
+    ready = {}
+    for key, value in values.items():
+        if isinstance(value, (str, int, float, bool, list, dict)) or value is None:
+            ready[key] = value
+    corpus = Path(str(ready.get("mom2_dataset", "")))
+    if folder is not None and corpus.parent == folder:
+        ready["mom2_dataset"] = corpus.name
+    return ready
+
+
+def _write_json(path: Path, record: object) -> None:
+    with atomic_path(path) as tmp:
+        text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp)
+
+
+class Store:
+    """Writes EasyEdit's outputs as the CI reference data (module docstring)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.sketches: dict[int, torch.Tensor] = {}
+
+    def sketch(self, size: int) -> torch.Tensor:
+        """The stored Gaussian matrix (size, SKETCH_COLUMNS) of a dimension ``size``."""
+        if size not in self.sketches:
+            generator = torch.Generator().manual_seed(SEED + size)
+            self.sketches[size] = torch.randn(size, SKETCH_COLUMNS, generator=generator)
+        return self.sketches[size]
+
+    def delta_tensors(
+        self, lm: LoadedModel, index: int, delta: Delta
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The delta's layout and norms, and its tensors: exact factors or slices, or
+        for a dense change its two sketches."""
+        layout, tensors, total = {}, {}, 0.0
+        for name, change in sorted(delta.params.items()):
+            full = change.full(lm.model.get_parameter(name)).double()
+            total += float(full.pow(2).sum())
+            layout[name] = {
+                "kind": change.kind,
+                "dim": change.dim,
+                "norm": float(full.norm()),
+            }
+            if change.kind == "dense":
+                left = self.sketch(full.shape[0]).double()
+                right = self.sketch(full.shape[1]).double()
+                tensors[f"{index}/{name}/right_sketch"] = (full @ right).float()
+                tensors[f"{index}/{name}/left_sketch"] = (left.T @ full).float()
+            else:
+                for key, tensor in change.tensors.items():
+                    tensors[f"{index}/{name}/{key}"] = tensor
+        return {"params": layout, "norm": math.sqrt(total)}, tensors
+
+    def method(self, harness: Harness, method: str, pairs, rows, ee_values) -> None:
+        """``<method>.json`` and ``<method>.safetensors`` (module docstring)."""
+        spec = METHOD_SPECS[method]
+        record: dict[str, Any] = {
+            "method": method,
+            "easyedit_alg_name": spec.alg_name,
+            "padding_side": spec.padding_side,
+            "hparams_kebench": _json_ready(harness.inputs.kebench[method], self.folder),
+            "hparams_easyedit": _json_ready(ee_values, self.folder),
+            "edits": [],
+        }
+        tensors: dict[str, torch.Tensor] = {}
+        if method == "IKE":
+            record["edits"] = [
+                {
+                    "case_id": row["case_id"],
+                    "text": row["text_easyedit"],
+                    "examples": row["examples_easyedit"],
+                }
+                for row in rows
+            ]
+        for i, pair in enumerate(pairs):
+            layout, found = self.delta_tensors(harness.lm, i, pair.easyedit)
+            logprob = logprob_after(harness.lm, pair.easyedit, pair.request)
+            record["edits"].append(
+                {"case_id": pair.request.case_id, "logprob_new": logprob, **layout}
+            )
+            tensors.update(found)
+        _write_json(self.folder / f"{method.lower()}.json", record)
+        if tensors:
+            _write_tensors(self.folder / f"{method.lower()}.safetensors", tensors)
+
+    def reference(self, harness: Harness) -> None:
+        """``reference.json``: the edits, IKE's pool, the EasyEdit commit, and the
+        fingerprint of every covariance EasyEdit was given (``covariance.safetensors``:
+        C·g, g the first column of the dimension's sketch); ``sketch.safetensors``."""
+        inputs = harness.inputs
+        given = harness.covariance.given
+        fingerprints = {}
+        for path, moment in sorted(given.items()):
+            probe = self.sketch(moment.shape[0])[:, 0].double()
+            fingerprints[f"{path}/c_probe"] = (moment.double() @ probe).float()
+        if fingerprints:
+            _write_tensors(self.folder / COVARIANCE, fingerprints)
+        _write_json(
+            self.folder / REFERENCE,
+            {
+                "model": harness.lm.name,
+                "easyedit_commit": harness.ee.commit,
+                "templates": TEMPLATES,
+                "corpus": CORPUS,
+                "corpus_texts": CORPUS_TEXTS,
+                "covariance_trace": {
+                    path: float(moment.double().trace())
+                    for path, moment in given.items()
+                },
+                "requests": [request_record(r) for r in inputs.requests],
+                "pool": [request_record(r) for r in inputs.pool],
+            },
+        )
+        if self.sketches:
+            _write_tensors(
+                self.folder / SKETCH,
+                {f"g{n}": g for n, g in sorted(self.sketches.items())},
+            )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Load the model, build the identical inputs, compare every method."""
+    config = load_config({"dataset": args.dataset, "model": args.model})
+    methods = args.methods.split("+")
+    unknown = [m for m in methods if m not in METHOD_SPECS]
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; known: {sorted(METHOD_SPECS)}")
+    ee = import_easyedit(Path(args.easyedit).resolve())
+    lm = project_model(args.model, config)
+    requests = edit_requests(args.dataset, config)
+    store = Store(Path(args.store).resolve()) if args.store else None
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = (
+            store.folder
+            if store
+            else (DATA if (DATA / TEMPLATES).is_file() else Path(scratch))
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        templates = make_templates(lm, folder)
+        corpus = make_corpus(lm, folder)
+        inputs = Inputs(
+            folder=folder,
+            requests=requests[: args.edits],
+            pool=requests[:POOL_SIZE],
+            templates=templates,
+            kebench=kebench_hparams(lm, config, args.model, methods, corpus),
+            stats_dir=Path(scratch) / "stats",
+        )
+        harness = Harness(ee, lm, inputs)
+        result: dict[str, Any] = {
+            "model": lm.name,
+            "easyedit": {"dir": ee.root, "commit": ee.commit},
+            "edits": [r.case_id for r in inputs.requests],
+            "templates": templates,
+            "corpus": str(corpus),
+            "methods": {},
+        }
+        for method in methods:
+            logger.info("Comparing %s", method)
+            result["methods"][method] = compare_method(harness, method, store)
+        if store is not None:
+            store.reference(harness)
+        if args.speed:
+            result["speed"] = {
+                method: measure_speed(harness, method, args.speed)
+                for method in SPEED_METHODS
+                if method in methods and not unavailable(method)
+            }
+    if args.out:
+        with atomic_path(Path(args.out)) as tmp:
+            tmp.write_text(
+                json.dumps(result, indent=1, ensure_ascii=False) + "\n", "utf-8"
+            )
+    return result
+
+
+def main() -> None:
+    parser = model_parser(__doc__)
+    parser.add_argument("--easyedit", required=True, help="an EasyEdit checkout")
+    parser.add_argument("--methods", default=METHODS)
+    parser.add_argument("--edits", type=int, default=3)
+    parser.add_argument("--speed", type=int, default=0)
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument(
+        "--store",
+        nargs="?",
+        const=str(DATA),
+        help=f"write EasyEdit's outputs as CI reference data (default {DATA})",
+    )
+    print_result(run, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
