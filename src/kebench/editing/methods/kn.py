@@ -1,16 +1,34 @@
-"""KN: knowledge neurons (Dai et al., 2022), the method the paper also evaluated.
+"""KN: knowledge neurons (Dai et al., 2022), as EasyEdit's port of EleutherAI's
+knowledge-neurons computes them.
 
-Attribution: for each layer, the MLP's intermediate activation x at the prompt's last
-token (the input of the output projection) is scaled by α from 0 to 1 in ``steps``
-points; integrated gradients of P(first token of target_true) give each neuron's
-score x_i · mean_α ∂P/∂x_i. Neurons scoring above ``adaptive_threshold`` times the
-best score are the fact's knowledge neurons (with ``refine``, only those found for at
-least a fraction ``p`` of the context-template prompts are kept).
+Neurons. A layer's neurons are the inputs of its MLP's activation function (the
+pre-activation: GPT-2's ``c_fc`` output, Llama's ``gate_proj`` output), at the last
+token of the prompt; neuron i feeds the output projection's input i.
 
-Edit: each knowledge neuron's output weights (its column of the output projection)
-move by ``lr_scale`` · (e_new − e_true), with e the output embeddings of the targets'
-first tokens. The delta holds just those columns. An injected claim has no stated old
-answer: the model's own next token after the prompt stands in for it.
+Attribution. The answer is the old one, ``target_true``, tokenised alone as the
+tokenizer encodes it (special tokens included). For each of its tokens t_j, the
+neurons' baseline activation x is scaled by α ∈ linspace(0, 1, ``steps``) (in chunks
+of ``batch_size`` rows), and the score is x · Σ_α ∂P(t_j)/∂(αx) / ``steps``. The
+layer's score is the mean over the answer's tokens. Token j is scored at the prompt's
+last token (``greedy_continuation: false``, EasyEdit's GPT-2 and GPT-J port) or after
+the model's own greedy continuation of j tokens, the text extended by each decoded
+token and tokenised again (``greedy_continuation: true``, its Llama and Qwen port).
+The knowledge neurons are those scoring above ``adaptive_threshold`` times the best
+score over every layer. With ``refine``, a neuron must be found for more than a
+fraction ``p`` of the prompts; EasyEdit's only prompt is the edit's own, so refining
+keeps them all unless ``refine_templates`` (kebench) adds the context-template prompts.
+
+Edit. Each knowledge neuron's output weights (its column of the output projection, a
+row of GPT-2's Conv1D) move by ``lr_scale`` · (Σ_j e(n_j) − c · Σ_j e(g_j)): e the
+input embeddings, n_j the tokens of ``target_new`` tokenised alone, g_j the model's
+greedy continuation of as many tokens, c = 2 when that is one token and 1 otherwise
+(EasyEdit adds a one-row embedding lookup once and a scalar one twice). EasyEdit does
+not read ``lr_scale`` (its files all say 1.0).
+
+kebench's extensions: ``layers`` searches only those layers (empty: all, as
+EasyEdit); ``max_neurons`` keeps only the best-scoring neurons (null: all, as
+EasyEdit); ``refine_templates`` (above). An injected claim has no old answer, which
+EasyEdit refuses: kebench attributes the model's own next token instead.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from kebench.editing.delta import Delta, ParamDelta
 from kebench.editing.forward import (
@@ -29,20 +48,21 @@ from kebench.editing.forward import (
     logits_at,
     weight_is_transposed,
 )
-from kebench.editing.interface import EditContext, HyperParams
+from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import context_templates
 from kebench.models.loading import LoadedModel
-from kebench.scoring.logprobs import encode_pair
 
 
 @dataclass
 class KNHyperParams(HyperParams):
-    """KN's hparams: EasyEdit's keys, plus the module templates kebench needs.
+    """KN's hparams: EasyEdit's keys, the module templates, and kebench's extensions.
 
-    ``layers`` (kebench): the layers searched (default: all); ``max_neurons`` caps the
-    neurons edited, best first (null: no cap, as in EasyEdit).
+    ``n_toks`` is accepted and unused, as in EasyEdit. ``greedy_continuation`` says
+    which of EasyEdit's ports scores a multi-token answer (the module docstring).
+    kebench's extensions, off by default: ``layers``, ``max_neurons``,
+    ``refine_templates`` (with ``context_template_length_params``).
     """
 
     rewrite_module_tmp: str
@@ -54,32 +74,93 @@ class KNHyperParams(HyperParams):
     steps: int = 20
     adaptive_threshold: float = 0.2
     p: float = 0.4
+    greedy_continuation: bool = True
     layers: list[int] = field(default_factory=list)
-    max_neurons: int | None = 20
+    max_neurons: int | None = None
+    refine_templates: bool = False
     context_template_length_params: list[list[int]] = field(
         default_factory=lambda: [[5, 3]]
     )
 
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.steps % self.batch_size:
+            raise HparamsError(
+                f"steps {self.steps} must be a positive multiple of batch_size "
+                f"{self.batch_size}"
+            )
+        if not 0.0 <= self.p < 1.0:
+            raise HparamsError(f"p {self.p} must be in [0, 1)")
+
+
+def activation_module(model: nn.Module, rewrite_path: str) -> nn.Module:
+    """The activation function of the MLP whose output projection is ``rewrite_path``:
+    its input is the neurons' pre-activation (``act``, ``act_fn``, ``activation_fn``)."""
+    parent_path = rewrite_path.rpartition(".")[0]
+    parent = get_module(model, parent_path)
+    for name, child in parent.named_children():
+        if "act" in name.lower() and not any(True for _ in child.parameters()):
+            return child
+    children = [name for name, _ in parent.named_children()]
+    raise ValueError(
+        f"{parent_path} has no activation-function submodule (children: {children}); "
+        "KN scores the neurons at its input"
+    )
+
+
+def answer_ids(lm: LoadedModel, answer: str) -> list[int]:
+    """``answer`` tokenised alone, special tokens included (EasyEdit's encoding)."""
+    ids = list(lm.tokenizer(answer)["input_ids"])
+    if not ids:
+        raise ValueError(f"answer {answer!r} has no tokens")
+    return ids
+
+
+@torch.no_grad()
+def greedy_steps(
+    lm: LoadedModel, prompt: str, n: int
+) -> tuple[list[list[int]], list[int]]:
+    """The ids read at each of ``n`` greedy steps after ``prompt``, and the token chosen
+    at each: the text grows by each chosen token's decoded text and is tokenised again."""
+    text, contexts, chosen = prompt, [], []
+    for _ in range(n):
+        ids = list(lm.tokenizer(text)["input_ids"])
+        logits = lm.model(
+            input_ids=torch.tensor([ids], device=lm.device), logits_to_keep=1
+        ).logits
+        token = int(logits[0, -1].argmax())
+        contexts.append(ids)
+        chosen.append(token)
+        text += lm.tokenizer.decode([token])
+    return contexts, chosen
+
 
 def attribution(
-    lm: LoadedModel, prompt: str, answer: str, hparams: KNHyperParams, layer: int
+    lm: LoadedModel,
+    context_ids: list[int],
+    token: int,
+    hparams: KNHyperParams,
+    layer: int,
 ) -> torch.Tensor:
-    """Integrated-gradients score of every neuron of ``layer`` for ``answer``'s first token."""
+    """Integrated-gradients score of every neuron of ``layer`` for P(``token``) at the
+    last position of ``context_ids``."""
     model = lm.model
-    prompt_ids, answer_ids = encode_pair(lm.tokenizer, prompt, answer)
-    last = len(prompt_ids) - 1
-    steps = hparams.steps
-    batch = Batch.of([prompt_ids] * steps, lm.tokenizer.pad_token_id, lm.device)
-    module = get_module(model, hparams.rewrite_module_tmp.format(layer))
-    alphas = (torch.arange(steps, device=lm.device, dtype=torch.float32) + 0.5) / steps
+    last = len(context_ids) - 1
+    batch = Batch.of(
+        [context_ids] * hparams.batch_size, lm.tokenizer.pad_token_id, lm.device
+    )
+    path = hparams.rewrite_module_tmp.format(layer)
+    module = activation_module(model, path)
+    alphas = torch.linspace(0, 1, hparams.steps, device=lm.device)
     state: dict[str, torch.Tensor] = {}
 
-    def scale(_module: torch.nn.Module, args: tuple) -> tuple:
+    def scale(_module: nn.Module, args: tuple) -> tuple:
         flat = args[0]
         hidden = by_position(flat, batch.ids.shape)
         activation = hidden[0, last].detach()
         scaled = (
-            (alphas[:, None] * activation[None]).to(hidden.dtype).requires_grad_(True)
+            (state["alphas"][:, None] * activation[None])
+            .to(hidden.dtype)
+            .requires_grad_(True)
         )
         state["activation"], state["scaled"] = activation, scaled
         mask = torch.zeros(
@@ -89,27 +170,56 @@ def attribution(
         scaled_hidden = hidden * (1 - mask) + mask * scaled[:, None, :]
         return (scaled_hidden.reshape(flat.shape),) + args[1:]
 
+    rows = torch.arange(hparams.batch_size, device=lm.device)
+    cols = torch.full((hparams.batch_size,), last, device=lm.device)
+    total = None
     handle = module.register_forward_pre_hook(scale)
-    rows = torch.arange(steps, device=lm.device)
-    cols = torch.full((steps,), last, device=lm.device)
     try:
         with (
             frozen_below(model, hparams.layer_module_tmp, layer - 1, batch),
             torch.enable_grad(),
         ):
-            probs = torch.softmax(logits_at(model, batch, rows, cols), dim=-1)[
-                :, answer_ids[0]
-            ]
-            (grads,) = torch.autograd.grad(probs.sum(), state["scaled"])
+            for chunk in alphas.split(hparams.batch_size):
+                state["alphas"] = chunk
+                probs = torch.softmax(logits_at(model, batch, rows, cols), dim=-1)
+                (grads,) = torch.autograd.grad(probs[:, token].sum(), state["scaled"])
+                summed = grads.float().sum(dim=0)
+                total = summed if total is None else total + summed
     finally:
         handle.remove()
-    return state["activation"].float() * grads.float().mean(dim=0)
+    return state["activation"].float() * total / hparams.steps
+
+
+def layer_scores(
+    lm: LoadedModel,
+    prompt: str,
+    answer: list[int],
+    hparams: KNHyperParams,
+    layers: list[int],
+) -> torch.Tensor:
+    """(layers, neurons) scores for ``answer``'s tokens after ``prompt``, each layer's the
+    mean over the tokens."""
+    if hparams.greedy_continuation:
+        contexts, _ = greedy_steps(lm, prompt, len(answer))
+    else:
+        contexts = [list(lm.tokenizer(prompt)["input_ids"])] * len(answer)
+    return torch.stack(
+        [
+            torch.stack(
+                [
+                    attribution(lm, ids, token, hparams, layer)
+                    for ids, token in zip(contexts, answer, strict=True)
+                ]
+            ).mean(dim=0)
+            for layer in layers
+        ]
+    )
 
 
 def knowledge_neurons(
     lm: LoadedModel,
     prompts: list[str],
-    answer: str,
+    answer: list[int],
     hparams: KNHyperParams,
     n_layers: int,
 ) -> list[tuple[int, int]]:
@@ -118,25 +228,31 @@ def knowledge_neurons(
     found: Counter = Counter()
     best: dict[tuple[int, int], float] = {}
     for prompt in prompts:
-        scores = torch.stack(
-            [attribution(lm, prompt, answer, hparams, layer) for layer in layers]
-        )
-        threshold = hparams.adaptive_threshold * scores.max()
+        scores = layer_scores(lm, prompt, answer, hparams, layers)
+        threshold = float(scores.max()) * hparams.adaptive_threshold
         for row, neuron in (scores > threshold).nonzero().tolist():
             key = (layers[row], neuron)
             found[key] += 1
-            best[key] = max(best.get(key, 0.0), float(scores[row, neuron]))
-    needed = hparams.p * len(prompts) if hparams.refine else 1
-    kept = [key for key, count in found.items() if count >= needed]
-    return sorted(kept, key=lambda key: -best[key])[: hparams.max_neurons]
+            best[key] = max(best.get(key, float("-inf")), float(scores[row, neuron]))
+    needed = hparams.p * len(prompts) if hparams.refine else 0
+    kept = [key for key, count in found.items() if count > needed]
+    if hparams.max_neurons is not None:
+        kept = sorted(kept, key=lambda key: -best[key])[: hparams.max_neurons]
+    return kept
 
 
-@torch.no_grad()
-def greedy_next_token(lm: LoadedModel, text: str) -> str:
-    """The model's most likely next token after ``text``, as text."""
-    ids = lm.tokenizer(text, return_tensors="pt")["input_ids"]
-    logits = lm.model(input_ids=ids.to(lm.model.device), logits_to_keep=1).logits
-    return lm.tokenizer.decode(int(logits[0, -1].argmax()))
+def neuron_shift(
+    lm: LoadedModel, request: EditRequest, lr_scale: float
+) -> torch.Tensor:
+    """What every knowledge neuron's output weights move by (the module docstring)."""
+    embeddings = lm.model.get_input_embeddings().weight.detach()
+    new = answer_ids(lm, request.target_new)
+    _, greedy = greedy_steps(lm, request.text, len(new))
+    factor = 2.0 if len(greedy) == 1 else 1.0
+    shift = embeddings[new].float().sum(dim=0) - factor * embeddings[
+        greedy
+    ].float().sum(dim=0)
+    return (lr_scale * shift).cpu()
 
 
 @register("KN", KNHyperParams)
@@ -149,26 +265,18 @@ def kn(
     """Move the knowledge neurons of ``requests[0]``'s old answer towards its new one."""
     (request,) = requests
     model = lm.model
-    prompts = [request.text]
-    if hparams.refine:
-        templates = context_templates(
-            lm, hparams.context_template_length_params, context
-        )
-        prompts = [t.replace("{}", request.text, 1) for t in templates]
-    old = request.target_true
-    if old is None:
-        old = greedy_next_token(lm, request.text)
+    groups = [["{}"]]
+    if hparams.refine_templates:
+        groups = context_templates(lm, hparams.context_template_length_params, context)
+    prompts = [t.replace("{}", request.text, 1) for group in groups for t in group]
+    if request.target_true is None:
+        _, old = greedy_steps(lm, request.text, 1)
+    else:
+        old = answer_ids(lm, request.target_true)
     neurons = knowledge_neurons(
         lm, prompts, old, hparams, model.config.num_hidden_layers
     )
-    embeddings = model.get_output_embeddings().weight
-    first = [
-        encode_pair(lm.tokenizer, request.text, t)[1][0]
-        for t in (request.target_new, old)
-    ]
-    shift = (
-        (hparams.lr_scale * (embeddings[first[0]] - embeddings[first[1]])).float().cpu()
-    )
+    shift = neuron_shift(lm, request, hparams.lr_scale)
     by_layer: dict[int, list[int]] = {}
     for layer, neuron in neurons:
         by_layer.setdefault(layer, []).append(neuron)
@@ -177,15 +285,10 @@ def kn(
         path = hparams.rewrite_module_tmp.format(layer)
         index = torch.tensor(sorted(indices), dtype=torch.long)
         if weight_is_transposed(get_module(model, path)):
-            params[f"{path}.weight"] = ParamDelta(
-                "index",
-                {"index": index, "values": shift[None].repeat(len(index), 1)},
-                dim=0,
-            )
+            values, dim = shift[None].repeat(len(index), 1), 0
         else:
-            params[f"{path}.weight"] = ParamDelta(
-                "index",
-                {"index": index, "values": shift[:, None].repeat(1, len(index))},
-                dim=1,
-            )
+            values, dim = shift[:, None].repeat(1, len(index)), 1
+        params[f"{path}.weight"] = ParamDelta(
+            "index", {"index": index, "values": values}, dim=dim
+        )
     return Delta(params=params, meta={"neurons": str(len(neurons))})
