@@ -1,13 +1,26 @@
-"""Fine-tuning one layer's weights on the new fact: FT-L and FT-M.
+"""Fine-tuning one layer's parameters on the new fact: FT-L and FT-M, as EasyEdit's
+``ft_main.execute_ft`` computes them.
 
-``objective_optimization`` (EasyEdit's key) picks the loss:
-    prompt_last (FT-L, the ROME paper's baseline): at the prompt's last position, the
-        mean NLL of each of the new target's tokens; usually with an L∞ bound
-        ``norm_constraint`` on the change of every weight.
-    target_new (FT-M): the new target teacher-forced after the prompt, NLL on the
-        target's tokens only.
-Adam runs ``num_steps`` steps, or until the loss is below ``stop_loss``. The delta is
-the whole change of each trained matrix.
+Trained: every parameter whose name contains ``rewrite_module_tmp`` formatted with one
+of ``layers`` (EasyEdit's substring rule: ``transformer.h.{}.mlp.c_proj`` trains the
+projection's weight and bias, ``model.layers.{}.mlp.down_proj.weight`` the weight).
+
+The new target gets a leading space (``" " + target_new``, always, as EasyEdit adds
+it), and ``objective_optimization`` (EasyEdit's key) picks the loss:
+    prompt_last (FT-L, the ROME paper's baseline): at the prompt's last token, the mean
+        NLL of the target's tokens, the target tokenised alone (the tokenizer's special
+        tokens included, its unknown token left out of the mean);
+    target_new (FT-M): the prompt and the target tokenised together and teacher-forced,
+        the mean NLL of every token after the prompt's own token count.
+Adam (``lr``, ``weight_decay``) runs up to ``num_steps`` steps; a step is taken only
+while the loss is at least ``stop_loss`` (EasyEdit's fixed 1e-2), and the loop ends
+once it is below. After every step each parameter is clamped to within
+``norm_constraint`` (L∞) of its value before the edit, when that is a number (false:
+no bound). The delta is the whole change of each trained parameter.
+
+kebench edits one request per call: ``batch_size`` (EasyEdit's batch of requests)
+does not change the result. ``kl_factor`` must be 0: EasyEdit reads it and never uses
+it. The other module templates are accepted for EasyEdit's files and unused.
 """
 
 from __future__ import annotations
@@ -17,22 +30,19 @@ from dataclasses import dataclass
 import torch
 
 from kebench.editing.delta import Delta, ParamDelta
-from kebench.editing.forward import Batch, frozen_below, logits_at
+from kebench.editing.forward import Batch, frozen_below
 from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
-from kebench.scoring.logprobs import encode_pair
 
 OBJECTIVES = ("prompt_last", "target_new")
 
 
 @dataclass
 class FTHyperParams(HyperParams):
-    """FT's hparams (EasyEdit's keys); ``rewrite_module_tmp`` names a parameter.
-
-    ``stop_loss`` is kebench's name for EasyEdit's fixed early-stopping bound.
-    """
+    """FT's hparams (EasyEdit's keys); ``stop_loss`` is kebench's name for EasyEdit's
+    fixed early-stopping bound."""
 
     layers: list[int]
     rewrite_module_tmp: str
@@ -58,18 +68,105 @@ class FTHyperParams(HyperParams):
             )
         if self.kl_factor:
             raise HparamsError(
-                "kl_factor: FT's KL term is not implemented; set it to 0"
+                "kl_factor: FT's KL term is not implemented (EasyEdit's is not either); "
+                "set it to 0"
             )
 
+    @property
+    def bound(self) -> float | None:
+        """The L∞ bound on each parameter's change, or None for none."""
+        value = self.norm_constraint
+        if isinstance(value, bool) or value is None:
+            return None
+        return float(value)
 
-def _objective(lm: LoadedModel, request: EditRequest, objective: str) -> tuple:
-    """The training sequence, the positions whose logits are scored and their labels."""
-    prompt_ids, target_ids = encode_pair(lm.tokenizer, request.text, request.target_new)
-    last = len(prompt_ids) - 1
-    if objective == "prompt_last":
-        return prompt_ids, [last] * len(target_ids), target_ids
-    cols = [last + j for j in range(len(target_ids))]
-    return prompt_ids + target_ids[:-1], cols, target_ids
+
+def trained_parameters(model: torch.nn.Module, hparams: FTHyperParams) -> dict:
+    """name -> parameter of every parameter the edit trains, in the model's order."""
+    patterns = [hparams.rewrite_module_tmp.format(layer) for layer in hparams.layers]
+    found = {
+        name: param
+        for name, param in model.named_parameters()
+        if any(pattern in name for pattern in patterns)
+    }
+    if not found:
+        raise HparamsError(
+            f"rewrite_module_tmp {hparams.rewrite_module_tmp!r} with layers "
+            f"{hparams.layers} names no parameter of {type(model).__name__}"
+        )
+    return found
+
+
+def last_frozen_layer(names: list[str], hparams: FTHyperParams) -> int:
+    """The highest layer below every trained parameter (-1: none can be replayed)."""
+    lowest = min(hparams.layers)
+    inside = [
+        any(
+            name.startswith(hparams.layer_module_tmp.format(layer) + ".")
+            for layer in hparams.layers
+        )
+        for name in names
+    ]
+    return lowest - 1 if all(inside) else -1
+
+
+def sequence_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Logits at every position, in float. The output head runs on the whole sequence,
+    as in EasyEdit: run on the scored positions alone, its matrix products round
+    differently, and Adam turns that noise into ±lr steps of near-zero gradients."""
+    return model(
+        input_ids=batch.ids,
+        attention_mask=batch.mask,
+        position_ids=batch.positions,
+        use_cache=False,
+    ).logits.float()
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What FT trains on: the token sequence, the positions whose next-token
+    log-probs are scored, and the labels scored there (one row per position)."""
+
+    sequence: list[int]
+    positions: list[int]
+    labels: list[list[int]]
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        """The mean NLL of the labels (EasyEdit's reduction, in its order)."""
+        device = batch.ids.device
+        scored = sequence_logits(model, batch)[
+            0, torch.tensor(self.positions, device=device)
+        ]
+        picked = torch.log_softmax(scored, dim=-1).gather(
+            1, torch.tensor(self.labels, device=device)
+        )
+        return -picked.sum() / picked.numel()
+
+
+def objective(lm: LoadedModel, request: EditRequest, name: str) -> Objective:
+    """The ``objective_optimization`` loss's inputs for ``request`` (module docstring)."""
+    tokenizer = lm.tokenizer
+    target = (
+        request.target_new if request.target_new == " " else " " + request.target_new
+    )
+    prompt_ids = list(tokenizer(request.text)["input_ids"])
+    if name == "prompt_last":
+        unknown = tokenizer.unk_token_id
+        labels = [t for t in tokenizer(target)["input_ids"] if t != unknown]
+        found = Objective(prompt_ids, [len(prompt_ids) - 1], [labels])
+    else:
+        joint = list(tokenizer(request.text + target)["input_ids"])
+        pad = tokenizer.pad_token_id
+        start = sum(t != pad for t in prompt_ids) + sum(t == pad for t in joint)
+        found = Objective(
+            joint, list(range(start - 1, len(joint) - 1)), [[t] for t in joint[start:]]
+        )
+    if not found.positions or not found.labels[0]:
+        raise ValueError(
+            f"{request.case_id}: the target {request.target_new!r} leaves no token "
+            "to train on"
+        )
+    return found
 
 
 def finetune(
@@ -78,57 +175,52 @@ def finetune(
     hparams: FTHyperParams,
     context: EditContext,
 ) -> Delta:
-    """The change of the ``layers``' weights after fine-tuning on ``requests[0]``."""
+    """The change of the trained parameters after fine-tuning on ``requests[0]``."""
     (request,) = requests
     model = lm.model
-    names = [hparams.rewrite_module_tmp.format(layer) for layer in hparams.layers]
-    weights = [model.get_parameter(name) for name in names]
-    originals = [w.detach().clone() for w in weights]
-    sequence, cols, labels = _objective(lm, request, hparams.objective_optimization)
-    batch = Batch.of([sequence], lm.tokenizer.pad_token_id, lm.device)
-    rows_t = torch.zeros(len(cols), dtype=torch.long, device=lm.device)
-    cols_t = torch.tensor(cols, device=lm.device)
-    labels_t = torch.tensor(labels, device=lm.device)
-    bound = hparams.norm_constraint
+    weights = trained_parameters(model, hparams)
+    originals = {name: w.detach().clone() for name, w in weights.items()}
+    goal = objective(lm, request, hparams.objective_optimization)
+    batch = Batch.of([goal.sequence], lm.tokenizer.pad_token_id, lm.device)
+    bound = hparams.bound
     optimiser = torch.optim.Adam(
-        weights, lr=hparams.lr, weight_decay=hparams.weight_decay
+        list(weights.values()), lr=hparams.lr, weight_decay=hparams.weight_decay
     )
     try:
-        for weight in weights:
+        for weight in weights.values():
             weight.requires_grad_(True)
+        last_frozen = last_frozen_layer(list(weights), hparams)
         with (
-            frozen_below(
-                model, hparams.layer_module_tmp, min(hparams.layers) - 1, batch
-            ),
+            frozen_below(model, hparams.layer_module_tmp, last_frozen, batch),
             torch.enable_grad(),
         ):
             for _ in range(hparams.num_steps):
-                logprobs = torch.log_softmax(
-                    logits_at(model, batch, rows_t, cols_t), dim=-1
-                )
-                loss = -logprobs.gather(1, labels_t[:, None]).mean()
+                loss = goal.loss(model, batch)
                 if not torch.isfinite(loss) or float(loss.detach()) < hparams.stop_loss:
                     break
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
-                if bound is not False and bound is not None:
+                if bound is not None:
                     with torch.no_grad():
-                        for weight, original in zip(weights, originals, strict=True):
+                        for name, weight in weights.items():
+                            original = originals[name]
                             weight.copy_(
                                 torch.clamp(
                                     weight, min=original - bound, max=original + bound
                                 )
                             )
         changes = {
-            name: ParamDelta("dense", {"values": (w.detach() - o).float().cpu()})
-            for name, w, o in zip(names, weights, originals, strict=True)
+            name: ParamDelta(
+                "dense", {"values": (w.detach() - originals[name]).float().cpu()}
+            )
+            for name, w in weights.items()
         }
     finally:
         with torch.no_grad():
-            for weight, original in zip(weights, originals, strict=True):
+            for name, weight in weights.items():
                 weight.requires_grad_(False)
-                weight.copy_(original)
+                weight.copy_(originals[name])
     return Delta(params=changes, meta={"objective": hparams.objective_optimization})
 
 
