@@ -1,5 +1,6 @@
-"""IKE's demonstrations keep off the case's facts, never run out of unrelated facts,
-and several IKE edits make one well-formed prefix (or a clear refusal)."""
+"""IKE's prompt is EasyEdit's text for the same demonstrations; its demonstrations keep
+off the case's facts, a shortage of unrelated facts never raises, and several IKE edits
+make one well-formed prefix (or a clear refusal)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext
 from kebench.editing.methods.ike import (
     IKEHyperParams,
+    compose_prefix,
+    demonstrating_edits,
     demonstrations,
     ike,
     joint_prefix,
@@ -62,40 +65,100 @@ def prompts(demo_text: str) -> tuple[str, str]:
     return fact, prompt
 
 
+def test_the_prefix_is_easyedits_text_for_a_hand_built_case():
+    # every prompt shares its six words with x's, so the pool's order ranks them;
+    # unrelated true facts come from the least similar end: Oslo's for Paris, then
+    # Paris's for Oslo
+    pool = [X, POOL[1], POOL[2]]
+    paraphrases = {"d1": ["Question: Which country is Paris in?\nAnswer:"]}
+    demos = demonstrations(X, pool, k=16, paraphrases=paraphrases)
+    prefix = compose_prefix(
+        [d.text for d in demos], ["Lyon is located in the country of Spain"]
+    )
+    assert prefix == (
+        # d1: copy, update (its paraphrase), retain
+        "New Fact: Paris is located in the country of Peru\n"
+        "Prompt: Paris is located in the country of Peru\n\n"
+        "New Fact: Paris is located in the country of Peru\n"
+        "Prompt: Question: Which country is Paris in?\nAnswer: Peru\n\n"
+        "New Fact: Paris is located in the country of Peru\n"
+        "Prompt: Oslo is located in the country of Norway\n\n"
+        # d3: no paraphrase, so copy and retain
+        "New Fact: Oslo is located in the country of Mali\n"
+        "Prompt: Oslo is located in the country of Mali\n\n"
+        "New Fact: Oslo is located in the country of Mali\n"
+        "Prompt: Paris is located in the country of France\n\n"
+        "New Fact: Lyon is located in the country of Spain\n"
+        "Prompt: "
+    )
+    # k cuts the list: d1's three, then d3's copy
+    cut = demonstrations(X, pool, k=4, paraphrases=paraphrases)
+    assert [d.text for d in cut] == [d.text for d in demos[:4]]
+
+
+def test_ike_delta_prefix_is_the_demonstrations_then_the_new_fact():
+    context = EditContext(stats_dir=None, pool=[X, POOL[1], POOL[2]])
+    delta = ike(None, [X], IKEHyperParams(k=3), context)
+    assert delta.params == {}
+    assert delta.prefix == (
+        "New Fact: Paris is located in the country of Peru\n"
+        "Prompt: Paris is located in the country of Peru\n\n"
+        "New Fact: Paris is located in the country of Peru\n"
+        "Prompt: Oslo is located in the country of Norway\n\n"
+        "New Fact: Oslo is located in the country of Mali\n"
+        "Prompt: Oslo is located in the country of Mali\n\n"
+        "New Fact: Lyon is located in the country of Spain\n"
+        "Prompt: "
+    )
+
+
 def test_demonstrations_never_touch_the_cases_facts():
-    demos = demonstrations(X, POOL, k=16, facts=FACTS)
-    texts = [prompts(d.text) for d in demos]
+    edits = demonstrating_edits(X, POOL, k=16, facts=FACTS)
+    texts = [prompts(d.text) for edit in edits for d in edit.demonstrations()]
     # d1 changes the Paris fact that x asks: never a demonstration; Lyon is x's own
     assert not any("Paris" in fact or "Paris" in prompt for fact, prompt in texts)
     assert not any("Lyon" in fact or "Lyon" in prompt for fact, prompt in texts)
-    for fact, prompt in texts[1::2]:
-        # retain: the prompt states a true fact, and not one the demo's edit changes
-        # (d2 moves Milan too, so Milan's true country never follows d2's fact)
-        assert prompt.endswith(
-            tuple(
-                f"{r.subject} is located in the country of {r.target_true}"
-                for r in POOL
-            )
+    assert [edit.request.case_id for edit in edits] == ["d3", "d2", "u1", "u2"]
+    for edit in edits:
+        if edit.unrelated is None:
+            continue
+        # retain: a true fact, and not one the demonstrating edit changes (d2 moves
+        # Milan too, so Milan's true country never follows d2's fact)
+        assert edit.unrelated.target_true is not None
+        assert not (
+            edit.request.subject == "Rome" and edit.unrelated.subject == "Milan"
         )
-        assert not (fact.startswith("Rome") and prompt.startswith("Milan"))
     # (the prompts tie on shared words, so the pool's order ranks them: d2's retain
     # demonstration passes over Milan and takes Bern)
-    assert (
-        "Rome is located in the country of Chile",
-        "Bern is located in the country of Switzerland",
-    ) in texts[1::2]
+    (d2,) = [edit for edit in edits if edit.request.case_id == "d2"]
+    assert d2.unrelated.subject == "Bern"
 
 
-def test_running_out_of_unrelated_facts_ends_the_demonstrations():
+def test_a_shortage_of_unrelated_facts_leaves_copies_and_never_raises():
     # one true fact for 4 edits of injected claims: the old with_truth[-1 - i // 2]
     # indexing asked for a second one and raised IndexError
     pool = [X, *(request(f"c{i}", f"Town{i}", None, "Atlantis") for i in range(4))]
     pool.append(request("t", "Bern", "Switzerland", "Togo"))
+    edits = demonstrating_edits(X, pool, k=16)
+    assert [e.unrelated.subject if e.unrelated else None for e in edits] == [
+        "Bern",
+        *([None] * 4),
+    ]
     demos = demonstrations(X, pool, k=16)
-    retains = [prompts(d.text)[1] for d in demos[1::2]]
-    assert retains == ["Bern is located in the country of Switzerland"]
-    # copy, retain (the only true fact), copy: then no unrelated fact is left
-    assert len(demos) == 3
+    retains = [
+        p for _, p in map(prompts, (d.text for d in demos)) if "Switzerland" in p
+    ]
+    # the first edit's copy and retain, then a copy for each of the others
+    assert len(demos) == 6 and retains == [
+        "Bern is located in the country of Switzerland"
+    ]
+    # no true fact at all: the run's path (ike through its context) makes copies only
+    claims = [X, *(request(f"c{i}", f"Town{i}", None, "Atlantis") for i in range(3))]
+    delta = ike(
+        None, [X], IKEHyperParams(k=16), EditContext(stats_dir=None, pool=claims)
+    )
+    shown = [prompts(d + "\n\n") for d in delta.prefix.split("\n\n")[:-1]]
+    assert len(shown) == 3 and all(fact == prompt for fact, prompt in shown)
 
 
 def ike_delta(case: EditRequest, pool, facts, k: int = 4) -> Delta:

@@ -2,18 +2,31 @@
 
 No weight changes: the new fact goes into the prompt. The delta is a text prefix of
 ``k`` demonstrations, then the new fact; every probe of the edited model is asked after
-it. Demonstrations come from the run's other edits, most similar first (shared words
-with the edited prompt), alternating two kinds, as in the paper:
-    copy: ``New Fact: <their fact, new answer>`` then the same prompt with that answer;
-    retain: ``New Fact: <their fact, new answer>`` then an unrelated prompt with its
-        old, unchanged answer, so that the model learns to leave other facts alone.
+it. EasyEdit's text: each demonstration is ``New Fact: <fact>\nPrompt: <text>\n\n``,
+a fact is ``<prompt> <answer>`` (one space), and the prefix ends with ``New Fact:
+<the edit's fact>\nPrompt: ``, before the probe. Each demonstrating edit gives up to
+three demonstrations, in this order, as EasyEdit's ``encode_ike_facts`` builds them
+from one record:
+    copy: its fact, then the same fact;
+    update: its fact, then a paraphrase of its prompt with its new answer (only when
+        the edit has a paraphrase, as EasyEdit's record needs a ``rephrase_prompt``);
+    retain: its fact, then an unrelated true fact (another edit's prompt with its old
+        answer), so that the model learns to leave other facts alone.
 
-A demonstration never touches a fact of the edited case (``EditContext.facts``): one
-whose edit changes, or whose unrelated prompt states, a fact that the case's edit
-changes or one of its probes asks is skipped, since it would contradict the probe or
-give its answer away. The delta keeps its parts in ``meta["ike"]`` (the new fact, the
-demonstrations with the facts each touches, the case's facts), so that edits acting
-together (a sequential run, mitigation's extra edits) get one well-formed prefix,
+Which edits demonstrate is kebench's choice (EasyEdit retrieves the k sentences
+nearest to the edit with a sentence-embedding model over a training set): the run's
+other edits (``EditContext.pool``, other subjects), most words shared with the edited
+prompt first, and their demonstrations in order until there are ``k``. A demonstrating
+edit never touches a fact of the edited case (``EditContext.facts``): one whose edit
+changes a fact that the case's edit changes or one of its probes asks is skipped, and
+a retain demonstration's unrelated fact is none of those nor one the demonstrating
+edit changes, since it would contradict a probe or give its answer away. Unrelated
+facts (those with a true answer, least similar first) are used once each; an edit
+left without one has no retain demonstration.
+
+The delta keeps its parts in ``meta["ike"]`` (the new fact, the demonstrations with
+the facts each touches, the case's facts), so that edits acting together (a
+sequential run, mitigation's extra edits) get one well-formed prefix,
 ``joint_prefix``: every new fact after demonstrations that touch none of their facts.
 """
 
@@ -30,7 +43,6 @@ from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
 from kebench.qa.probes import CaseFacts, FactKey
-from kebench.scoring.logprobs import answer_text
 
 NO_FACTS = CaseFacts()
 
@@ -50,29 +62,70 @@ class Demonstration:
     facts: frozenset[FactKey]
 
 
+@dataclass(frozen=True)
+class DemonstratingEdit:
+    """An edit that demonstrates, with what its update and retain demonstrations say:
+    the fields of EasyEdit's record of it (``prompt``, ``target_new``,
+    ``rephrase_prompt``, ``locality_prompt`` and ``locality_ground_truth``).
+
+    ``changes``: the KG facts its edit changes; ``states``: those its unrelated true
+    fact states.
+    """
+
+    request: EditRequest
+    paraphrase: str | None = None
+    unrelated: EditRequest | None = None
+    changes: frozenset[FactKey] = frozenset()
+    states: frozenset[FactKey] = frozenset()
+
+    def demonstrations(self) -> list[Demonstration]:
+        """Its copy, update and retain demonstrations, those it has, in that order."""
+        request = self.request
+        new_fact = fact(request.text, request.target_new)
+        demos = [Demonstration(demonstration(new_fact, new_fact), self.changes)]
+        if self.paraphrase is not None:
+            said = fact(self.paraphrase, request.target_new)
+            demos.append(Demonstration(demonstration(new_fact, said), self.changes))
+        if self.unrelated is not None:
+            said = fact(self.unrelated.text, self.unrelated.target_true)
+            demos.append(
+                Demonstration(demonstration(new_fact, said), self.changes | self.states)
+            )
+        return demos
+
+
 def _words(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
-def _fact(request: EditRequest, answer: str) -> str:
-    return request.text + answer_text(request.text, answer)
+def fact(prompt: str, answer: str) -> str:
+    """A fact as EasyEdit writes it: the prompt, one space, the answer."""
+    return f"{prompt} {answer}"
+
+
+def demonstration(new_fact: str, text: str) -> str:
+    """One demonstration: the fact it teaches, then what is said under it."""
+    return f"New Fact: {new_fact}\nPrompt: {text}\n\n"
 
 
 def compose_prefix(demonstrations: Sequence[str], new_facts: Sequence[str]) -> str:
     """The prompt prefix: the demonstrations, every new fact, then ``Prompt: ``."""
-    facts = "".join(f"New Fact: {fact}\n" for fact in new_facts)
+    facts = "".join(f"New Fact: {new_fact}\n" for new_fact in new_facts)
     return "".join(demonstrations) + facts + "Prompt: "
 
 
-def demonstrations(
+def demonstrating_edits(
     request: EditRequest,
     pool: Sequence[EditRequest],
     k: int,
     facts: Mapping[str, CaseFacts] | None = None,
-) -> list[Demonstration]:
-    """Up to ``k`` demonstrations from ``pool`` (other subjects), most similar first,
-    none touching a fact of ``request``'s case (``facts``: case_id -> its facts)."""
+    paraphrases: Mapping[str, Sequence[str]] | None = None,
+) -> list[DemonstratingEdit]:
+    """The edits of ``pool`` whose demonstrations make ``request``'s first ``k``, most
+    similar first (``facts``: case_id -> its facts; ``paraphrases``: case_id -> the
+    texts of prompts that ask its edited fact in other words)."""
     facts = facts or {}
+    paraphrases = paraphrases or {}
     own = facts.get(request.case_id, NO_FACTS)
     avoid = own.rewritten | own.asked
     others = [
@@ -83,20 +136,16 @@ def demonstrations(
     # a retain demonstration states a true fact (injected claims have none), taken
     # from the least similar end, each once
     unused = [r for r in reversed(ranked) if r.target_true is not None]
-    demos: list[Demonstration] = []
+    chosen: list[DemonstratingEdit] = []
+    count = 0
     for demo in ranked:
-        if len(demos) == k:
+        if count >= k:
             break
         changed = facts.get(demo.case_id, NO_FACTS).rewritten
         if changed & avoid:
             continue
-        new_fact = f"New Fact: {_fact(demo, demo.target_new)}\n"
-        if len(demos) % 2 == 0:
-            text = f"{new_fact}Prompt: {_fact(demo, demo.target_new)}\n\n"
-            demos.append(Demonstration(text, changed))
-            continue
         # its true fact must hold under the demonstration's own edit too
-        other = next(
+        unrelated = next(
             (
                 u
                 for u in unused
@@ -105,13 +154,30 @@ def demonstrations(
             ),
             None,
         )
-        if other is None:
-            continue
-        unused.remove(other)
-        stated = facts.get(other.case_id, NO_FACTS).edited
-        text = f"{new_fact}Prompt: {_fact(other, other.target_true)}\n\n"
-        demos.append(Demonstration(text, changed | stated))
-    return demos
+        stated: frozenset[FactKey] = frozenset()
+        if unrelated is not None:
+            unused.remove(unrelated)
+            stated = facts.get(unrelated.case_id, NO_FACTS).edited
+        said = paraphrases.get(demo.case_id, ())
+        edit = DemonstratingEdit(
+            demo, said[0] if said else None, unrelated, changed, stated
+        )
+        chosen.append(edit)
+        count += len(edit.demonstrations())
+    return chosen
+
+
+def demonstrations(
+    request: EditRequest,
+    pool: Sequence[EditRequest],
+    k: int,
+    facts: Mapping[str, CaseFacts] | None = None,
+    paraphrases: Mapping[str, Sequence[str]] | None = None,
+) -> list[Demonstration]:
+    """Up to ``k`` demonstrations for ``request``: those of ``demonstrating_edits``, in
+    order, cut at ``k``."""
+    edits = demonstrating_edits(request, pool, k, facts, paraphrases)
+    return [d for edit in edits for d in edit.demonstrations()][:k]
 
 
 def _keys(facts: frozenset[FactKey]) -> list[list[str]]:
@@ -128,7 +194,7 @@ def ike(
     """A prefix of demonstrations and ``requests[0]``'s new fact; no weight changes."""
     (request,) = requests
     demos = demonstrations(request, list(context.pool), hparams.k, context.facts)
-    new_fact = _fact(request, request.target_new)
+    new_fact = fact(request.text, request.target_new)
     own = context.facts.get(request.case_id, NO_FACTS)
     parts = {
         "k": hparams.k,
