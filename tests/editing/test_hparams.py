@@ -89,12 +89,12 @@ def test_the_models_own_file_overrides_key_by_key(families):
 
 
 def test_a_family_changes_the_module_paths_of_its_reference(families, project_files):
-    # OPT takes GPT-2 XL's values, on its own modules; FT names the weight parameter
+    # OPT takes GPT-2 XL's values, on its own modules
     arch = Architecture("opt", 12)
     rome = resolve_hparams("ROME", project_files, arch, families).values
     ft = resolve_hparams("FT-M", project_files, arch, families).values
     assert rome["rewrite_module_tmp"] == "model.decoder.layers.{}.fc2"
-    assert ft["rewrite_module_tmp"] == "model.decoder.layers.{}.fc2.weight"
+    assert ft["rewrite_module_tmp"] == "model.decoder.layers.{}.fc2"
     assert rome["layers"] == [round(17 * 11 / 47)]
 
 
@@ -189,3 +189,10 @@ def test_an_unknown_profile_lists_the_profiles(tmp_path):
     with pytest.raises(DatasetError, match=r"'turbo'.*\['faithful', 'fast'\]"):
         EditHparamsDataset(str(tmp_path), "m", profile="turbo").load()
 
+
+def test_faithful_files_leave_kebenchs_extensions_off():
+    """kebench's own keys are off in every faithful file; only overlays set them."""
+    for path in sorted(HPARAMS.glob("*/*.yaml")):
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert values.get("v_stop_loss") is None, path
+        assert values.get("max_neurons") is None, path
