@@ -31,7 +31,10 @@ code is in this repository. Both implementations get identical inputs:
     tokenizer: the padding side EasyEdit's editor sets: right for ROME, R-ROME and
         MEMIT, left for the other methods;
     model_name (EasyEdit picks code paths by substrings of it: KN's module names, the
-        T5 and ChatGLM branches): ``<model_type>/<model>``, ``llama/smollm2-135m``.
+        T5 and ChatGLM branches): ``<model_type>/<model>``, ``llama/smollm2-135m``;
+    lm_head_module, for EasyEdit: the name ``named_parameters`` gives the output
+        embeddings (the input embeddings' on a model with tied embeddings, where
+        EasyEdit's MEMIT would not find ``lm_head.weight``).
 
 EasyEdit is imported without running its package ``__init__`` files, which import
 every method and trainer it has, and with them hydra, higher, openai and more:
@@ -110,7 +113,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.interface import EditContext
     from kebench.editing.registry import get_method
     from kebench.editing.requests import EditRequest
-    from kebench.editing.rewrite import context_templates
+    from kebench.editing.rewrite import context_templates, flatten
     from kebench.editing.stats import sample_texts, second_moments
     from kebench.models.loading import LoadedModel
     from kebench.project import PROJECT_ROOT, load_config
@@ -131,11 +134,10 @@ CORPUS_TEXTS = 128
 # IKE's demonstrations come from the dataset's first edits (the demo edits 20).
 POOL_SIZE = 20
 # Columns of the Gaussian sketches of a dense delta (FT).
-SKETCH_COLUMNS = 16
+SKETCH_COLUMNS = 8
 SEED = 0
 # EasyEdit MEMIT's one template setting: 5 samples of 10 tokens.
 TEMPLATE_LENGTHS = [[10, 5]]
-COVARIANCE_KEYS = ("mom2_dataset", "mom2_n_samples")
 # kebench's own extensions, off where its hparams have them: KN's neuron cap, the
 # early stop of the value optimisation.
 EXTENSIONS_OFF = {"max_neurons": None, "v_stop_loss": None}
@@ -147,19 +149,20 @@ STEP_OVERRIDES = {
     "MEMIT": {"v_num_grad_steps": 10},
     "FT-L": {"num_steps": 10},
     "FT-M": {"num_steps": 10},
+    "KN": {"steps": 5},
 }
 
 
 @dataclass(frozen=True)
 class MethodSpec:
     """How EasyEdit runs a kebench method: its alg_name, hparams class (module,
-    name), the padding side its editor sets, and the runner of one edit."""
+    name), the padding side its editor sets, and the runner of one edit (None: IKE,
+    whose prompt ``easyedit_ike_text`` builds)."""
 
     alg_name: str
     hparams_class: tuple[str, str]
     padding_side: str
-    run: Callable[..., Delta]
-    weights: bool = True
+    run: Callable[..., Delta] | None
 
 
 # --- EasyEdit, imported without its package __init__ files -------------------------
@@ -394,13 +397,8 @@ METHOD_SPECS = {
     "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "KN": MethodSpec("KN", ("kn", "KNHyperParams"), "left", run_kn),
-    "IKE": MethodSpec("IKE", ("ike", "IKEHyperParams"), "left", None, weights=False),
+    "IKE": MethodSpec("IKE", ("ike", "IKEHyperParams"), "left", None),
 }
-
-
-def flatten(groups: Sequence[Sequence[str]]) -> list[str]:
-    """ROME's flat template list from the groups (``"{}"`` first)."""
-    return [template for group in groups for template in group]
 
 
 # --- inputs: templates, corpus, hparams --------------------------------------------
@@ -483,10 +481,10 @@ def kebench_hparams(
                 found[key] = value
         if "mom2_dataset" in found:
             found.update(mom2_dataset=str(corpus), mom2_n_samples=CORPUS_TEXTS)
+        found.update(STEP_OVERRIDES.get(method, {}))
         if method == "KN":
             # one batch of all integration steps (EasyEdit needs steps % batch_size == 0)
             found["batch_size"] = found["steps"]
-        found.update(STEP_OVERRIDES.get(method, {}))
         values[method] = found
     return values
 
@@ -496,6 +494,21 @@ def hparams_keys(method: str) -> set[str]:
     if unavailable(method):
         return set()
     return {f.name for f in dataclasses.fields(get_method(method).hparams)}
+
+
+def output_embeddings_module(lm: LoadedModel, configured: str) -> str:
+    """The module whose ``.weight`` is the output embeddings, under the name
+    ``named_parameters`` lists it: EasyEdit's MEMIT looks ``lm_head.weight`` up there,
+    and a model with tied embeddings (SmolLM2) lists that tensor once, as the input
+    embeddings'."""
+    names = {name for name, _ in lm.model.named_parameters()}
+    if f"{configured}.weight" in names:
+        return configured
+    weight = lm.model.get_output_embeddings().weight
+    for name, param in lm.model.named_parameters():
+        if param is weight:
+            return name.removesuffix(".weight")
+    return configured
 
 
 def easyedit_hparams(
@@ -515,6 +528,10 @@ def easyedit_hparams(
     )
     if "stats_dir" in names:
         chosen["stats_dir"] = str(stats_dir)
+    if "lm_head_module" in chosen:
+        chosen["lm_head_module"] = output_embeddings_module(
+            lm, chosen["lm_head_module"]
+        )
     if method == "IKE":
         chosen["sentence_model_name"] = "none (offline: see the IKE note)"
     return params_class(**chosen), chosen
@@ -949,7 +966,15 @@ class Store:
         fingerprint of every covariance EasyEdit was given (``covariance.safetensors``:
         C·g, g the first column of the dimension's sketch); ``sketch.safetensors``."""
         inputs = harness.inputs
-        given = harness.covariance.given
+        given = dict(harness.covariance.given)
+        earlier = self.folder / REFERENCE
+        if earlier.is_file():
+            # the layers of methods stored by an earlier run of other --methods
+            traces = json.loads(earlier.read_text(encoding="utf-8"))["covariance_trace"]
+            for path in set(traces) - set(given):
+                given[path] = harness.covariance.matrix(
+                    path, str(inputs.corpus), CORPUS_TEXTS, "float32"
+                )
         fingerprints = {}
         for path, moment in sorted(given.items()):
             probe = self.sketch(moment.shape[0])[:, 0].double()
@@ -1018,7 +1043,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         for method in methods:
             logger.info("Comparing %s", method)
-            result["methods"][method] = compare_method(harness, method, store)
+            try:
+                result["methods"][method] = compare_method(harness, method, store)
+            except Exception as err:  # noqa: BLE001 - reported; the other methods run
+                logger.exception("%s failed", method)
+                result["methods"][method] = {"error": f"{type(err).__name__}: {err}"}
         if store is not None:
             store.reference(harness)
         if args.speed:
