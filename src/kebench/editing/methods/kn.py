@@ -154,6 +154,11 @@ def attribution(
     state: dict[str, torch.Tensor] = {}
 
     def scale(_module: nn.Module, args: tuple) -> tuple:
+        if "alphas" not in state:
+            raise ValueError(
+                f"the activation function of {path} runs twice in one forward pass "
+                "(one module shared by several layers?): KN cannot tell its layers apart"
+            )
         flat = args[0]
         hidden = by_position(flat, batch.ids.shape)
         activation = hidden[0, last].detach()
@@ -163,6 +168,7 @@ def attribution(
             .requires_grad_(True)
         )
         state["activation"], state["scaled"] = activation, scaled
+        del state["alphas"]
         mask = torch.zeros(
             hidden.shape[:2] + (1,), dtype=hidden.dtype, device=hidden.device
         )
