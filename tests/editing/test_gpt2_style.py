@@ -53,7 +53,7 @@ def gpt2_hparams() -> dict[str, dict]:
         v_num_grad_steps=3,
     )
     found["FT-M"].update(layers=[LAYER], num_steps=3)
-    found["KN"].update(layers=[0, 1], steps=4)
+    found["KN"].update(layers=[0, 1], steps=4, batch_size=4)
     return found
 
 
@@ -84,7 +84,10 @@ def test_every_weight_method_runs_and_reverts_exactly(
     delta, _ = edit(gpt2, method, gpt2_hparams, stats_dir)
     assert delta.params
     for name in delta.params:
-        assert name.startswith("transformer.h.") and name.endswith("mlp.c_proj.weight")
+        # FT trains every parameter of the module, as EasyEdit does: GPT-2's bias too
+        assert name.startswith("transformer.h.") and name.endswith(
+            ("mlp.c_proj.weight", "mlp.c_proj.bias")
+        )
     applied = apply_delta(gpt2.model, delta)
     changed = {
         n for n, t in gpt2.model.state_dict().items() if not torch.equal(t, base[n])
