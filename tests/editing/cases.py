@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import Delta, apply_delta, revert_delta
@@ -71,3 +72,22 @@ def output_change_at_key(
         after = module(key)
         revert_delta(lm.model, applied)
     return after - before
+
+
+def tiny_gpt2(
+    lm: LoadedModel, n_embd: int = 32, n_layer: int = 2, n_positions: int = 128
+) -> LoadedModel:
+    """A randomly initialised GPT-2 (Conv1D projections, biases) with SmolLM2's
+    tokenizer: no GPT-2 checkpoint is available offline."""
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(lm.tokenizer),
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_layer,
+    )
+    model = GPT2LMHeadModel(config).eval().requires_grad_(False)
+    return LoadedModel(
+        name="tiny-gpt2", model=model, tokenizer=lm.tokenizer, folder=lm.folder
+    )

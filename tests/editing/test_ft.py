@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.interface import EditContext, HparamsError
 from kebench.editing.methods.ft import FTHyperParams, finetune
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
-from tests.editing.cases import demo_requests, project_hparams
+from tests.editing.cases import demo_requests, project_hparams, tiny_gpt2
 
 STEPS = 4
 
@@ -137,14 +136,7 @@ def test_no_step_is_taken_once_the_loss_is_below_stop_loss(lm, stats_dir):
 
 @pytest.mark.model
 def test_a_template_without_weight_trains_the_projections_bias_too(lm, stats_dir):
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(lm.tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2
-    )
-    model = GPT2LMHeadModel(config).eval().requires_grad_(False)
-    gpt2 = LoadedModel(
-        name="tiny-gpt2", model=model, tokenizer=lm.tokenizer, folder=lm.folder
-    )
+    gpt2 = tiny_gpt2(lm)
     values = {
         **project_hparams("faithful")["FT-L"],
         "layers": [1],
@@ -155,6 +147,7 @@ def test_a_template_without_weight_trains_the_projections_bias_too(lm, stats_dir
     }
     hparams = FTHyperParams.from_dict(values)
     request = demo_requests()[0]
+    model = gpt2.model
     base = {n: t.clone() for n, t in model.state_dict().items()}
     delta = finetune(gpt2, [request], hparams, EditContext(stats_dir))
     names = ["transformer.h.1.mlp.c_proj.weight", "transformer.h.1.mlp.c_proj.bias"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import apply_delta, revert_delta
@@ -18,21 +17,14 @@ from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.models.loading import LoadedModel
 from kebench.project import PROJECT_ROOT
-from tests.editing.cases import demo_requests, output_change_at_key
+from tests.editing.cases import demo_requests, output_change_at_key, tiny_gpt2
 
 LAYER = 1
 
 
 @pytest.fixture(scope="module")
 def gpt2(lm) -> LoadedModel:
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(lm.tokenizer), n_positions=256, n_embd=64, n_layer=4, n_head=4
-    )
-    model = GPT2LMHeadModel(config).eval().requires_grad_(False)
-    return LoadedModel(
-        name="tiny-gpt2", model=model, tokenizer=lm.tokenizer, folder=lm.folder
-    )
+    return tiny_gpt2(lm, n_embd=64, n_layer=4, n_positions=256)
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from kebench.editing.interface import EditContext, HparamsError
 from kebench.editing.methods.kn import KNHyperParams, answer_ids, kn, layer_scores
 from kebench.models.loading import LoadedModel
-from tests.editing.cases import demo_requests, project_hparams
+from tests.editing.cases import demo_requests, project_hparams, tiny_gpt2
 
 # EasyEdit's knowledge neurons (layer, neuron) for the first three demo edits.
 EASYEDIT_NEURONS = {
@@ -172,14 +171,7 @@ def test_the_neuron_cap_keeps_the_best_scores_and_refining_one_prompt_keeps_all(
 
 @pytest.mark.model
 def test_gpt2_scores_every_token_at_the_prompt_and_edits_conv1d_rows(lm, context):
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(lm.tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2
-    )
-    model = GPT2LMHeadModel(config).eval().requires_grad_(False)
-    gpt2 = LoadedModel(
-        name="tiny-gpt2", model=model, tokenizer=lm.tokenizer, folder=lm.folder
-    )
+    gpt2 = tiny_gpt2(lm)
     hparams = KNHyperParams(
         rewrite_module_tmp="transformer.h.{}.mlp.c_proj",
         layer_module_tmp="transformer.h.{}",
