@@ -659,10 +659,15 @@ def logprob_after(lm: LoadedModel, delta: Delta, request: EditRequest) -> float:
 
 
 def summary(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
-    """The mean of each numeric key over the edits that have it."""
+    """The mean of each numeric key over the edits that have it finite (a cosine is
+    NaN when one side changed nothing)."""
     means = {}
     for key in keys:
-        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        values = [
+            r[key]
+            for r in rows
+            if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+        ]
         if values:
             means[key] = statistics.mean(values)
     return means
