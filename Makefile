@@ -24,8 +24,8 @@ run: setup
 	KEDRO_DISABLE_TELEMETRY=1 $(BIN)/kedro run --params hparams_profile=fast
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks notebooks
+	$(BIN)/ruff format --check src tests benchmarks notebooks
 
 test: lint
 	KEDRO_DISABLE_TELEMETRY=1 $(BIN)/pytest

@@ -45,12 +45,15 @@ prompt; the two modules it imports and IKE's prompt does not use (MELO's LoRA cl
 the metric helpers) are stand-ins.
 
 IKE changes no weights. EasyEdit retrieves demonstrations with a sentence-embedding
-model, which is not available offline; here its demonstration sentences
-(``encode_ike_facts``) are built from the same pool kebench gets (the dataset's first
-POOL_SIZE edits, less the edited case and its subject), ordered by the words each
-shares with the edited prompt, and its first ``k`` become the in-context examples of
-its evaluation prompt (``compute_icl_edit_quality``). Compared: the text each feeds
-the model before the answer.
+model over a training set, which is not available offline, and which demonstrating
+edits to use is kebench's choice (``kebench.editing.methods.ike``). So EasyEdit gets
+kebench's: the records of ``demonstrating_edits`` over the same pool (the dataset's
+first POOL_SIZE edits) and the same paraphrases (their questions), with each record's
+``rephrase_prompt`` and ``locality_prompt`` / ``locality_ground_truth`` where kebench
+gave the edit an update or retain demonstration. EasyEdit's ``encode_ike_facts``
+turns them into sentences, and its first ``k`` become the in-context examples of its
+evaluation prompt (``compute_icl_edit_quality``). Compared: the text each feeds the
+model before the answer.
 
 Prints one JSON object: per method, per edit and their mean,
     cosine: <ΔW_kebench, ΔW_EasyEdit> / (‖ΔW_kebench‖ ‖ΔW_EasyEdit‖), over every
@@ -85,7 +88,6 @@ import importlib
 import json
 import logging
 import math
-import re
 import statistics
 import subprocess
 import sys
@@ -101,9 +103,9 @@ from typing import Any
 with contextlib.redirect_stdout(sys.stderr):
     import numpy as np
     import torch
-    from editing import edit_requests
+    from editing import edit_cases
     from model_cli import model_parser, print_result, project_model
-    from safetensors.torch import save_file
+    from safetensors.torch import load_file, save_file
 
     from kebench.datasets.atomic import atomic_path
     from kebench.editing.datasets import EditHparamsDataset
@@ -111,12 +113,14 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.forward import get_module, outer_change, weight_is_transposed
     from kebench.editing.hparams import Architecture, resolve_hparams
     from kebench.editing.interface import EditContext
+    from kebench.editing.methods.ike import demonstrating_edits
     from kebench.editing.registry import get_method
-    from kebench.editing.requests import EditRequest
+    from kebench.editing.requests import EditRequest, requests_from_frame
     from kebench.editing.rewrite import context_templates, flatten
     from kebench.editing.stats import sample_texts, second_moments
     from kebench.models.loading import LoadedModel
     from kebench.project import PROJECT_ROOT, load_config
+    from kebench.qa.probes import case_paraphrases, edit_probes
     from kebench.scoring.logprobs import answer_text, score_answers
 
 logger = logging.getLogger("benchmarks.conformance")
@@ -411,6 +415,7 @@ class Inputs:
     folder: Path
     requests: list[EditRequest]
     pool: list[EditRequest]
+    paraphrases: dict[str, list[str]]
     templates: list[list[str]]
     kebench: dict[str, dict[str, Any]]
     stats_dir: Path
@@ -424,6 +429,7 @@ class Inputs:
             stats_dir=self.stats_dir,
             pool=self.pool,
             seed=SEED,
+            paraphrases=self.paraphrases,
             cache={} if cache is None else cache,
             context_templates=self.templates,
         )
@@ -540,20 +546,6 @@ def easyedit_hparams(
 # --- IKE: the text each implementation feeds the model ------------------------------
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"\w+", text.lower()))
-
-
-def demonstration_pool(request: EditRequest, pool: Sequence[EditRequest]) -> list:
-    """The pool less the edited case and its subject, most shared words first (the
-    offline stand-in for EasyEdit's sentence-embedding retrieval)."""
-    others = [
-        r for r in pool if r.case_id != request.case_id and r.subject != request.subject
-    ]
-    words = _words(request.text)
-    return sorted(others, key=lambda r: -len(words & _words(r.text)))
-
-
 class RecordingTokenizer:
     """The tokenizer, keeping every text it is called on."""
 
@@ -569,11 +561,25 @@ class RecordingTokenizer:
         return getattr(self._tokenizer, name)
 
 
+def ike_records(request: EditRequest, inputs: Inputs, k: int) -> list[dict[str, Any]]:
+    """EasyEdit's records of the edits that demonstrate ``request`` in kebench."""
+    records = []
+    for edit in demonstrating_edits(request, inputs.pool, k, {}, inputs.paraphrases):
+        record = easyedit_request(edit.request)
+        if edit.paraphrase is not None:
+            record["rephrase_prompt"] = edit.paraphrase
+        if edit.unrelated is not None:
+            record["locality_prompt"] = edit.unrelated.text
+            record["locality_ground_truth"] = edit.unrelated.target_true
+        records.append(record)
+    return records
+
+
 def easyedit_ike_text(
-    ee, lm: LoadedModel, request: EditRequest, pool: Sequence[EditRequest], hparams
+    ee, lm: LoadedModel, request: EditRequest, inputs: Inputs, hparams
 ) -> tuple[str, list[str]]:
     """EasyEdit's evaluation prompt for the edit (with the answer), and its examples."""
-    records = [easyedit_request(r) for r in demonstration_pool(request, pool)]
+    records = ike_records(request, inputs, hparams.k)
     captured: dict[str, Any] = {}
     sentence_model = types.SimpleNamespace(
         encode=lambda sentences: np.zeros((len(sentences), 1))
@@ -740,9 +746,7 @@ class Harness:
     def ike_text(self, request: EditRequest) -> tuple[str, list[str]]:
         hparams, _ = self.easyedit_params("IKE")
         with easyedit_call(self.lm, METHOD_SPECS["IKE"].padding_side):
-            return easyedit_ike_text(
-                self.ee, self.lm, request, self.inputs.pool, hparams
-            )
+            return easyedit_ike_text(self.ee, self.lm, request, self.inputs, hparams)
 
     def ike_row(self, request: EditRequest, kebench: bool) -> dict[str, Any]:
         theirs_text, examples = self.ike_text(request)
@@ -996,12 +1000,18 @@ class Store:
                 "corpus_texts": CORPUS_TEXTS,
                 "covariance_trace": {
                     path: float(moment.double().trace())
-                    for path, moment in given.items()
+                    for path, moment in sorted(given.items())
                 },
                 "requests": [request_record(r) for r in inputs.requests],
                 "pool": [request_record(r) for r in inputs.pool],
+                "paraphrases": inputs.paraphrases,
             },
         )
+        earlier_sketches = self.folder / SKETCH
+        if earlier_sketches.is_file():
+            # the dimensions of methods stored by an earlier run (seeded: the same G)
+            for key in load_file(earlier_sketches):
+                self.sketch(int(key.removeprefix("g")))
         if self.sketches:
             _write_tensors(
                 self.folder / SKETCH,
@@ -1018,7 +1028,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--methods: unknown {unknown}; known: {sorted(METHOD_SPECS)}")
     ee = import_easyedit(Path(args.easyedit).resolve())
     lm = project_model(args.model, config)
-    requests = edit_requests(args.dataset, config)
+    cases = edit_cases(args.dataset, config)
+    requests = requests_from_frame(cases)
+    # the pipeline's paraphrases: those of the paraphrase probes (their questions)
+    paraphrases = case_paraphrases(edit_probes(cases, "{question}", {}))
     store = Store(Path(args.store).resolve()) if args.store else None
     with tempfile.TemporaryDirectory() as scratch:
         folder = (
@@ -1033,6 +1046,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             folder=folder,
             requests=requests[: args.edits],
             pool=requests[:POOL_SIZE],
+            paraphrases={
+                r.case_id: paraphrases[r.case_id]
+                for r in requests[:POOL_SIZE]
+                if r.case_id in paraphrases
+            },
             templates=templates,
             kebench=kebench_hparams(lm, config, args.model, methods, corpus),
             stats_dir=Path(scratch) / "stats",

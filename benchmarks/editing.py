@@ -40,6 +40,7 @@ from pathlib import Path
 
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
+    import pandas as pd
     from model_cli import model_parser, print_result, project_model
 
     from kebench.datasets.edit_cases_dataset import EditCasesDataset
@@ -61,8 +62,8 @@ PROFILES = ("faithful", "fast")
 HEADLINE_METRICS = ("EditSucc (direct)", "Consistency (entailed)", "Locality")
 
 
-def edit_requests(dataset: str, config) -> list:
-    """The dataset's edit requests, as kg_build parses them (no KG needed)."""
+def edit_cases(dataset: str, config) -> pd.DataFrame:
+    """The dataset's parsed edit cases, as kg_build parses them (no KG needed)."""
     sources = config["globals"]["sources"]
     spec = sources[dataset]["edit_cases"]
     path = Path(spec["filepath"])
@@ -75,7 +76,12 @@ def edit_requests(dataset: str, config) -> list:
         }
     raw = EditCasesDataset(dataset, sources).load()
     relations = RelationCatalog.from_config(config["parameters"]["relations"])
-    return requests_from_frame(parse_edit_cases(raw, relations))
+    return parse_edit_cases(raw, relations)
+
+
+def edit_requests(dataset: str, config) -> list:
+    """The dataset's edit requests (``edit_cases``)."""
+    return requests_from_frame(edit_cases(dataset, config))
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,7 @@
 ``benchmarks/conformance.py --store`` ran EasyEdit's implementation of every method on
 the real SmolLM2, on the inputs kept in data/conformance/ (3 demo edits, context
 templates, a covariance corpus, the hparams of both sides), and stored its deltas in
-exact or sketched form and its post-edit log-probs there. IKE (the same prompt text,
-given the same demonstrations) is not stored yet: the harness does not yet give
-EasyEdit kebench's demonstrations. Each test here runs kebench's
+exact or sketched form and its post-edit log-probs there. Each test here runs kebench's
 method on the same inputs and checks the issue's targets:
 
     ROME, R-ROME, MEMIT: cosine(ΔW_kebench, ΔW_EasyEdit) >= 0.999 and the norm ratio
@@ -13,6 +11,8 @@ method on the same inputs and checks the issue's targets:
     KN, FT-L, FT-M: equal to float tolerance (KN: the same neurons and columns; FT:
         the stored Gaussian sketches ΔW·G and Gᵀ·ΔW and the norm, which a different
         ΔW matches only by chance);
+    IKE: the same prompt text, given the same demonstrations (EasyEdit built its text
+        from the records of the edits kebench chose, with their paraphrases);
 and compares the post-edit log P(target_new | prompt) with EasyEdit's. The expected
 values are EasyEdit's outputs, never kebench's. A first test checks that kebench's
 covariance of the stored corpus is still the one EasyEdit was given; when it is not,
@@ -37,7 +37,7 @@ from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
 from kebench.editing.stats import second_moments
-from kebench.scoring.logprobs import score_answers
+from kebench.scoring.logprobs import answer_text, score_answers
 
 DATA = Path(__file__).parent / "data" / "conformance"
 COSINE = 0.999
@@ -57,6 +57,7 @@ class Reference:
 
     requests: list[EditRequest]
     pool: list[EditRequest]
+    paraphrases: dict[str, list[str]]
     templates: list[list[str]]
     corpus: Path
     record: dict[str, Any]
@@ -69,6 +70,7 @@ def reference() -> Reference:
     return Reference(
         requests=[EditRequest(**r) for r in record["requests"]],
         pool=[EditRequest(**r) for r in record["pool"]],
+        paraphrases=record["paraphrases"],
         templates=templates["groups"],
         corpus=DATA / record["corpus"],
         record=record,
@@ -88,7 +90,11 @@ def stored(method: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 def context(stats_dir) -> EditContext:
     ref = reference()
     return EditContext(
-        stats_dir=stats_dir, pool=ref.pool, seed=0, context_templates=ref.templates
+        stats_dir=stats_dir,
+        pool=ref.pool,
+        seed=0,
+        paraphrases=ref.paraphrases,
+        context_templates=ref.templates,
     )
 
 
@@ -288,3 +294,21 @@ def test_kn_equals_easyedit(lm, context):
         or abs(r["logprob_diff"]) > LOGPROB_EQUAL
     ]
     assert not failed, f"KN differs from EasyEdit's: {failed}"
+
+
+@pytest.mark.model
+def test_ike_builds_easyedits_prompt_text(lm, context):
+    ref = reference()
+    record, _ = stored("IKE")
+    for request, edit in zip(ref.requests, record["edits"], strict=True):
+        delta = kebench_edit(lm, "IKE", request, context)
+        answer = answer_text(request.text, request.target_new)
+        ours = delta.prefix + request.text + answer
+        assert ours == edit["text"], (
+            f"{request.case_id}: kebench's IKE prompt differs from EasyEdit's\n"
+            f"kebench:  {ours!r}\nEasyEdit: {edit['text']!r}"
+        )
+    # the stored texts have EasyEdit's update demonstrations, not only copies
+    questions = [q for asked in ref.paraphrases.values() for q in asked]
+    examples = [e for edit in record["edits"] for e in edit["examples"]]
+    assert any(f"\nPrompt: {q} " in e for q in questions for e in examples)

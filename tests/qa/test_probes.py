@@ -9,6 +9,7 @@ from kebench.project import PROJECT_ROOT
 from kebench.qa.entailment import edit_relations
 from kebench.qa.probes import (
     case_facts,
+    case_paraphrases,
     edit_probes,
     entailed_probes,
     locality_probes,
@@ -159,3 +160,10 @@ def test_case_facts_gather_what_each_edit_changes_and_its_probes_ask():
     # consequence
     assert biden.asked == biden.rewritten
     assert facts["e3"].asked == frozenset()  # P9999 has no KG predicate
+
+
+def test_case_paraphrases_are_the_questions_of_each_cases_paraphrase_probes():
+    rel = relations()
+    probes = edit_probes(EDITS, QA, {r: edit_relations(r, rel) for r in rel})
+    # only e1 has a question; e2 and e3 have no paraphrase probe
+    assert case_paraphrases(probes) == {"e1": ["Where was Joe Biden born?"]}

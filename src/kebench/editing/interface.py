@@ -75,6 +75,8 @@ class EditContext:
         seed: the seed of every random choice, so reruns give identical deltas.
         facts: case_id -> the KG facts its edit changes and its probes ask (IKE
             keeps its demonstrations off them).
+        paraphrases: case_id -> questions that ask its edited fact in other words
+            (IKE's update demonstrations).
         cache: per-run memo (context templates, statistics), keyed by the caller.
         context_templates: context templates to use instead of sampling them, as
             groups whose first is ``["{}"]`` (the conformance harness gives both
@@ -85,6 +87,7 @@ class EditContext:
     pool: Sequence[EditRequest] = ()
     seed: int = 0
     facts: Mapping[str, CaseFacts] = field(default_factory=dict)
+    paraphrases: Mapping[str, Sequence[str]] = field(default_factory=dict)
     cache: dict[Any, Any] = field(default_factory=dict)
     context_templates: Sequence[Sequence[str]] | None = None
 
@@ -97,10 +100,14 @@ class EditMethod:
     """A registered method: its name, hparams class, and delta computation.
 
     ``batchable`` methods compute one delta for several requests at once (MEMIT);
-    the others get exactly one request per call.
+    the others get exactly one request per call. ``version`` is part of every edit's
+    fingerprint: a change to what the method computes from the same hparams and
+    requests (or from the run's context, as IKE's demonstrations) bumps it, so that
+    stored deltas are made again instead of reused.
     """
 
     name: str
     hparams: type[HyperParams]
     compute: Compute
     batchable: bool = False
+    version: int = 1

@@ -27,14 +27,15 @@ METHODS: dict[str, EditMethod] = {}
 
 
 def register(
-    name: str, hparams: type[HyperParams], *, batchable: bool = False
+    name: str, hparams: type[HyperParams], *, batchable: bool = False, version: int = 1
 ) -> Callable[[Compute], Compute]:
-    """Register ``compute`` as the method ``name`` with hparams class ``hparams``."""
+    """Register ``compute`` as the method ``name`` with hparams class ``hparams``
+    (``version``: ``EditMethod.version``)."""
 
     def decorate(compute: Compute) -> Compute:
         if name in METHODS:
             raise ValueError(f"method {name!r} is registered twice")
-        METHODS[name] = EditMethod(name, hparams, compute, batchable)
+        METHODS[name] = EditMethod(name, hparams, compute, batchable, version)
         return compute
 
     return decorate

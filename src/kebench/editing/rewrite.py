@@ -25,7 +25,9 @@ kebench's own speed levers change nothing that is computed. δ enters at the sub
 last token, so the tokens before it never change, and the layers up to the edited one
 never change for any token: both are computed once (``frozen_prefix``), and each step
 runs only the tokens from the subject on through the layers above. Logits are computed
-only at the target tokens. Its one extension that does change the result,
+only at the target tokens. The reference's last evaluation, after which it stops
+whatever the loss, only reports that loss, and is not run. Its one extension that does
+change the result,
 ``v_stop_loss`` (stop once the targets' mean NLL is below it), is off (None) unless an
 hparams file sets it: the fast profile's files do.
 """
@@ -67,7 +69,13 @@ def context_templates(
     ``context.cache``.
     """
     if context.context_templates is not None:
-        return [list(group) for group in context.context_templates]
+        groups = [list(group) for group in context.context_templates]
+        if not groups or groups[0] != ["{}"]:
+            raise ValueError(
+                "EditContext.context_templates: the first group must be ['{}'] "
+                f"(the bare prompt), got {groups[:1]}"
+            )
+        return groups
     key = ("context_templates", lm.name, json.dumps(length_params), context.seed)
     if key in context.cache:
         return context.cache[key]
@@ -201,7 +209,9 @@ class ValueSettings:
 
 @dataclass
 class ValueResult:
-    """The optimised vector, with how the optimisation went."""
+    """The optimised vector, with how the optimisation went: ``steps`` updates, and
+    ``nll`` the targets' mean NLL at the last evaluation run (before the last update;
+    inf when none ran)."""
 
     delta: torch.Tensor
     steps: int
@@ -284,7 +294,9 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
         frozen_prefix(model, layer_tmp, layer, batch, edit) as run_after_cut,
         torch.enable_grad(),
     ):
-        for evaluation in range(settings.steps):
+        # the reference's last pass only reports its loss (δ no longer changes after
+        # it), so it is not run: steps - 1 passes, each followed by an update
+        for _ in range(settings.steps - 1):
             hidden = run_after_cut()
             logprobs = torch.log_softmax(head(hidden[at_rows, at_cols]).float(), dim=-1)
             token_lp = logprobs[:-1].gather(1, labels_t[:, None]).squeeze(1)
@@ -306,7 +318,6 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
                 not torch.isfinite(loss)
                 or loss < REFERENCE_STOP_LOSS
                 or (settings.stop_loss is not None and nll_value < settings.stop_loss)
-                or evaluation == settings.steps - 1
             ):
                 break
             optimiser.zero_grad()

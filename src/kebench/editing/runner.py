@@ -5,9 +5,9 @@ Modes:
     batch: ``batch_size`` edits share one delta (batchable methods: MEMIT);
     sequential: edits accumulate; each delta applies on top of the previous ones.
 
-Each edit has a fingerprint: model, method, mode, hparams, request and seed (and, in
-sequential mode, the previous edit's fingerprint). An edit whose stored row has the
-same fingerprint is skipped, so a killed run resumes where it stopped and produces the
+Each edit has a fingerprint: model, method and its version, mode, hparams, request
+and seed (and, in sequential mode, the previous edit's fingerprint). An edit whose
+stored row has the same fingerprint is skipped, so a killed run resumes where it stopped and produces the
 same deltas as an uninterrupted one. Single and batch runs are cut into shards that
 run anywhere (``kebench.compute``); a sequential run is one shard. A delta with NaN or
 inf values, a change larger than ``max_relative_norm`` times its weight's norm, or an
@@ -137,9 +137,8 @@ def unit_fingerprint(
 ) -> str:
     """The fingerprint of one edit (or batch); ``previous`` only in sequential mode."""
     keys = [asdict(r) for r in unit]
-    return fingerprint(
-        model, job.method.name, job.mode, job.raw_hparams, keys, seed, previous
-    )
+    method = [job.method.name, job.method.version]
+    return fingerprint(model, method, job.mode, job.raw_hparams, keys, seed, previous)
 
 
 def _unit_stored(

@@ -324,6 +324,15 @@ def case_facts(probes: pd.DataFrame, rewritten: pd.DataFrame) -> dict[str, CaseF
     }
 
 
+def case_paraphrases(probes: pd.DataFrame) -> dict[str, list[str]]:
+    """case_id -> the questions of its ``paraphrase`` probes (they ask the edited fact
+    in other words), in table order."""
+    asked = probes[(probes["probe_type"] == "paraphrase") & probes["question"].notna()]
+    return {
+        str(case): list(rows["question"]) for case, rows in asked.groupby("case_id")
+    }
+
+
 def probe_summary(probes: pd.DataFrame) -> pd.DataFrame:
     """Counts of probes and cases per source x probe_type x risk."""
     return (

@@ -193,7 +193,9 @@ def ike(
 ) -> Delta:
     """A prefix of demonstrations and ``requests[0]``'s new fact; no weight changes."""
     (request,) = requests
-    demos = demonstrations(request, list(context.pool), hparams.k, context.facts)
+    demos = demonstrations(
+        request, list(context.pool), hparams.k, context.facts, context.paraphrases
+    )
     new_fact = fact(request.text, request.target_new)
     own = context.facts.get(request.case_id, NO_FACTS)
     parts = {

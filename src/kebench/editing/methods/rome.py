@@ -83,12 +83,15 @@ def _keys_of(hparams: RewriteHyperParams) -> Keys:
 def _at_subject(
     lm: LoadedModel, request: EditRequest, templates: list[str], path: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The module's input and output at the subject token, averaged over ``templates``."""
+    """The module's inputs and outputs at the subject token after each template:
+    (n_templates, d_in) and (n_templates, d_out). One forward pass, to the module's
+    input: its output there is the module applied to that input."""
     lookup = in_templates(lm, [request], templates)
     batch, rows, cols = lookup.batch(lm), lookup.rows, lookup.cols.to(lm.device)
-    inputs = capture(lm.model, batch, [path], rows, cols)[path].float()
-    outputs = capture(lm.model, batch, [path], rows, cols, outputs=True)[path].float()
-    return inputs.mean(0), outputs.mean(0)
+    inputs = capture(lm.model, batch, [path], rows, cols)[path]
+    with torch.no_grad():
+        outputs = get_module(lm.model, path)(inputs)
+    return inputs.float(), outputs.float()
 
 
 def rank_one(
@@ -106,7 +109,9 @@ def rank_one(
     templates = flatten(
         context_templates(lm, hparams.context_template_length_params, context)
     )
-    bare_key, bare_value = _at_subject(lm, request, ["{}"], path)
+    # the bare prompt is the first template ("{}"): its row gives k₀ and v
+    keys_in, values_out = _at_subject(lm, request, templates, path)
+    bare_key, bare_value = keys_in[0], values_out[0]
     result = optimise_value(
         lm,
         request,
@@ -117,8 +122,7 @@ def rank_one(
         settings=hparams.value_settings(),
     )
     target = bare_value + result.delta
-    if keys.direction_from_templates or keys.solve_from_templates:
-        averaged = _at_subject(lm, request, templates, path)
+    averaged = keys_in.mean(0), values_out.mean(0)
     direction_key = averaged[0] if keys.direction_from_templates else bare_key
     solve_key, current = (
         averaged if keys.solve_from_templates else (bare_key, bare_value)

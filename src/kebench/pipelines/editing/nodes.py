@@ -27,7 +27,7 @@ from kebench.editing.runner import (
 )
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
-from kebench.qa.probes import case_facts, rewritten_facts
+from kebench.qa.probes import case_facts, case_paraphrases, rewritten_facts
 from kebench.schemas import EDIT_DELTAS
 
 
@@ -104,7 +104,8 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     injected claims of the harmful sets, in table order. They run in shards, here or
     on a Dask cluster (``compute``). Every case's KG facts (those its edit changes,
     ``entailed_facts`` included, and those its probes ask) go to the methods: IKE
-    keeps its demonstrations off them.
+    keeps its demonstrations off them, and the paraphrase probes' questions give its
+    update demonstrations.
 
     A generator: Kedro saves each outcome as its shard finishes, so a killed run keeps
     the edits it finished and the next run skips them.
@@ -120,6 +121,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         pool=every_request,
         seed=int(params["seed"]),
         facts=case_facts(probes, rewritten_facts(probes, entailed_facts)),
+        paraphrases=case_paraphrases(probes),
     )
     settings = ComputeSettings.from_params(compute)
     shards = edit_shards(

@@ -20,6 +20,7 @@ from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
 from kebench.pipelines.editing.nodes import method_job
 from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.qa.probes import case_paraphrases
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.evaluate import ScoringSettings
 from kebench.scoring.mitigation import (
@@ -115,6 +116,7 @@ def propagate_edits(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         stats_dir=covariance_stats,
         pool=every_request,
         seed=int(editing_params["seed"]),
+        paraphrases=case_paraphrases(probes),
     )
     for method in sorted(mitigation_edits["method"].unique()):
         ok = set(_ok_cases(mitigation_edits[mitigation_edits["method"] == method]))
