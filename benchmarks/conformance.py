@@ -109,7 +109,13 @@ with contextlib.redirect_stdout(sys.stderr):
 
     from kebench.datasets.atomic import atomic_path
     from kebench.editing.datasets import EditHparamsDataset
-    from kebench.editing.delta import Delta, ParamDelta, delta_applied
+    from kebench.editing.delta import (
+        Agreement,
+        Delta,
+        ParamDelta,
+        agreement,
+        delta_applied,
+    )
     from kebench.editing.forward import get_module, outer_change, weight_is_transposed
     from kebench.editing.hparams import Architecture, resolve_hparams
     from kebench.editing.interface import EditContext
@@ -616,32 +622,19 @@ def easyedit_ike_text(
 
 def compare_deltas(lm: LoadedModel, ours: Delta, theirs: Delta) -> dict[str, Any]:
     """Cosine and norm ratio of two deltas over every parameter either changes."""
-    dot = ours_sq = theirs_sq = 0.0
-    per_param = {}
-    for name in sorted(set(ours.params) | set(theirs.params)):
-        param = lm.model.get_parameter(name)
-        a, b = (
-            d.params[name].full(param).double()
-            if name in d.params
-            else torch.zeros(param.shape, dtype=torch.double)
-            for d in (ours, theirs)
-        )
-        pair = (float((a * b).sum()), float(a.pow(2).sum()), float(b.pow(2).sum()))
-        dot, ours_sq, theirs_sq = dot + pair[0], ours_sq + pair[1], theirs_sq + pair[2]
-        per_param[name] = _cosine_ratio(*pair)
-    result = _cosine_ratio(dot, ours_sq, theirs_sq)
+    total, per_param = agreement(lm.model, ours, theirs)
+    result = _named(total)
     if len(per_param) > 1:
-        result["per_param"] = per_param
+        result["per_param"] = {name: _named(a) for name, a in per_param.items()}
     return result
 
 
-def _cosine_ratio(dot: float, ours_sq: float, theirs_sq: float) -> dict[str, float]:
-    denominator = math.sqrt(ours_sq * theirs_sq)
+def _named(found: Agreement) -> dict[str, float]:
     return {
-        "cosine": dot / denominator if denominator else float("nan"),
-        "norm_ratio": math.sqrt(ours_sq / theirs_sq) if theirs_sq else float("nan"),
-        "norm_kebench": math.sqrt(ours_sq),
-        "norm_easyedit": math.sqrt(theirs_sq),
+        "cosine": found.cosine,
+        "norm_ratio": found.norm_ratio,
+        "norm_kebench": found.norm_a,
+        "norm_easyedit": found.norm_b,
     }
 
 

@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import statistics
 import sys
@@ -41,7 +40,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from model_cli import model_parser, print_result, project_model
 
     from kebench.editing.datasets import EditHparamsDataset
-    from kebench.editing.delta import delta_applied
+    from kebench.editing.delta import agreement, delta_applied
     from kebench.editing.hparams import Architecture, resolve_all
     from kebench.editing.interface import EditContext
     from kebench.editing.quality import measure_edits
@@ -116,25 +115,6 @@ def time_statistics(
         "n_texts": provenance[0]["n_texts"],
         "tokens": provenance[0]["tokens"],
     }
-
-
-def delta_similarity(lm, a, b) -> tuple[float, float]:
-    """Cosine and norm ratio ‖a‖/‖b‖ of two deltas' ΔW, over every parameter."""
-    dot = a_sq = b_sq = 0.0
-    for name in sorted(set(a.params) | set(b.params)):
-        param = lm.model.get_parameter(name)
-        x, y = (
-            d.params[name].full(param).double()
-            if name in d.params
-            else 0 * param.double()
-            for d in (a, b)
-        )
-        dot, a_sq, b_sq = (
-            dot + float((x * y).sum()),
-            a_sq + float(x.square().sum()),
-            b_sq + float(y.square().sum()),
-        )
-    return dot / math.sqrt(a_sq * b_sq), math.sqrt(a_sq / b_sq)
 
 
 def edit_quality(lm, requests, deltas, probes) -> dict:
@@ -225,13 +205,13 @@ def run(args: argparse.Namespace) -> dict:
                 }
                 logger.info("%s over %s: %s", method, name, measured[name])
             pairs = [
-                delta_similarity(lm, *pair)
+                agreement(lm.model, *pair)[0]
                 for pair in zip(*deltas.values(), strict=True)
             ]
             result["methods"][method] = {
                 **measured,
-                "delta_cosine": summary([cosine for cosine, _ in pairs]),
-                "norm_ratio": summary([ratio for _, ratio in pairs]),
+                "delta_cosine": summary([found.cosine for found in pairs]),
+                "norm_ratio": summary([found.norm_ratio for found in pairs]),
             }
     return result
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from safetensors import safe_open
@@ -9,6 +11,7 @@ from safetensors import safe_open
 from kebench.editing.delta import (
     Delta,
     ParamDelta,
+    agreement,
     apply_delta,
     delta_applied,
     load_delta,
@@ -168,3 +171,31 @@ def test_full_change_and_description():
     assert delta.is_finite()
     delta.params["0.bias"].tensors["values"][0] = float("nan")
     assert not delta.is_finite()
+
+
+def test_agreement_of_two_deltas_is_the_hand_worked_cosine_and_norm_ratio():
+    model = small_model()
+    # a: 1 at 1.weight[0, 0] (index kind) and bias 0 of layer 0 set to 2;
+    # b: 1 at 1.weight[0, 0] and 1.weight[0, 1] (dense), nothing on layer 0
+    a = Delta(
+        params={
+            "1.weight": ParamDelta(
+                "index",
+                {"index": torch.tensor([0]), "values": torch.tensor([[1.0], [0], [0]])},
+                dim=1,
+            ),
+            "0.bias": ParamDelta("dense", {"values": torch.tensor([2.0, 0, 0, 0])}),
+        }
+    )
+    dense = torch.zeros(3, 4)
+    dense[0, :2] = 1.0
+    b = Delta(params={"1.weight": ParamDelta("dense", {"values": dense})})
+    total, per_param = agreement(model, a, b)
+    # <a, b> = 1; |a|^2 = 1 + 4 = 5; |b|^2 = 2
+    assert total.cosine == pytest.approx(1 / (5 * 2) ** 0.5)
+    assert total.norm_ratio == pytest.approx((5 / 2) ** 0.5)
+    assert (total.norm_a, total.norm_b) == pytest.approx((5**0.5, 2**0.5))
+    assert per_param["1.weight"].cosine == pytest.approx(1 / 2**0.5)
+    # b does not change the bias: no direction to compare with
+    assert per_param["0.bias"].norm_b == 0
+    assert math.isnan(per_param["0.bias"].norm_ratio)

@@ -14,6 +14,7 @@ back, so the base weights come back bit for bit. Files are never pickles.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -246,3 +247,46 @@ def delta_applied(model: torch.nn.Module, delta: Delta) -> Iterator[None]:
         yield
     finally:
         revert_delta(model, applied)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far apart two weight changes a and b are: the cosine of their ΔW and the
+    norm ratio ‖a‖ / ‖b‖ (Frobenius), over every parameter either changes, with both
+    norms (nan where a norm is zero)."""
+
+    cosine: float
+    norm_ratio: float
+    norm_a: float
+    norm_b: float
+
+    @classmethod
+    def of(cls, dot: float, a_sq: float, b_sq: float) -> Agreement:
+        denominator = math.sqrt(a_sq * b_sq)
+        return cls(
+            cosine=dot / denominator if denominator else math.nan,
+            norm_ratio=math.sqrt(a_sq / b_sq) if b_sq else math.nan,
+            norm_a=math.sqrt(a_sq),
+            norm_b=math.sqrt(b_sq),
+        )
+
+
+def agreement(
+    model: torch.nn.Module, a: Delta, b: Delta
+) -> tuple[Agreement, dict[str, Agreement]]:
+    """The agreement of ``a`` and ``b`` over all parameters, and per parameter (in
+    float64; a parameter only one of them changes counts as zero change in the other)."""
+    dot = a_sq = b_sq = 0.0
+    per_param = {}
+    for name in sorted(set(a.params) | set(b.params)):
+        param = model.get_parameter(name)
+        x, y = (
+            d.params[name].full(param).double()
+            if name in d.params
+            else torch.zeros(param.shape, dtype=torch.double, device=param.device)
+            for d in (a, b)
+        )
+        sums = (float((x * y).sum()), float(x.square().sum()), float(y.square().sum()))
+        dot, a_sq, b_sq = dot + sums[0], a_sq + sums[1], b_sq + sums[2]
+        per_param[name] = Agreement.of(*sums)
+    return Agreement.of(dot, a_sq, b_sq), per_param
