@@ -264,49 +264,39 @@ def frozen_prefix(
     values at every layer are computed once, and each pass inside the block runs only
     the tokens from the cut on, through the layers above ``last_frozen``. The block
     gets a function that runs that pass and returns its last hidden states, (rows,
-    tokens from the cut). The first call returns those of the pass that filled the
-    cache, which ran with the edit as it was on entry: no pass is run twice for the
-    same edit. Only for layers whose weights do not change inside the block.
+    tokens from the cut). Only for layers whose weights do not change inside the block.
     """
     stored: dict[str, object] = {}
-    width = batch.width
 
-    def keep_and_edit(_module: nn.Module, _args: tuple, output: object) -> object:
+    def keep(_module: nn.Module, _args: tuple, output: object) -> None:
         stored["output"] = output
-        hidden = first_tensor(output)
-        edited = torch.cat([hidden[:, :width], edit(hidden[:, width:])], dim=1)
-        return (edited, *output[1:]) if isinstance(output, tuple) else edited
 
     # plain layers for every model: a sliding-window layer would drop the prefix
     cache = DynamicCache()
     handle = get_module(model, layer_tmp.format(last_frozen)).register_forward_hook(
-        keep_and_edit
+        keep
     )
     try:
-        # with grad: the graph starts at the edit, so the layers below are not in it
-        with torch.enable_grad():
-            first = model.base_model(
+        with torch.no_grad():
+            model.base_model(
                 input_ids=batch.ids,
                 attention_mask=batch.mask,
                 position_ids=batch.positions,
                 cache=cache,
                 use_cache=True,
-            ).last_hidden_state[:, width:]
+            )
     finally:
         handle.remove()
-    prefix = _prefix_of(cache, width)
+    prefix = _prefix_of(cache, batch.width)
     as_tuple = isinstance(stored["output"], tuple)
-    after = first_tensor(stored["output"])[:, width:].detach()
-    pending = [first]
+    after = first_tensor(stored["output"])[:, batch.width :].detach()
 
     def run() -> torch.Tensor:
-        if pending:
-            return pending.pop()
         _restore(cache, prefix)
         return model.base_model(
-            input_ids=batch.ids[:, width:],
+            input_ids=batch.ids[:, batch.width :],
             attention_mask=batch.mask,
-            position_ids=batch.positions[:, width:],
+            position_ids=batch.positions[:, batch.width :],
             cache=cache,
             use_cache=True,
         ).last_hidden_state
