@@ -7,12 +7,12 @@ Modes:
 
 Each edit has a fingerprint: model, method and its version, mode, hparams, request
 and seed (and, in sequential mode, the previous edit's fingerprint). An edit whose
-stored row has the same fingerprint is skipped, so a killed run resumes where it stopped and produces the
-same deltas as an uninterrupted one. Single and batch runs are cut into shards that
-run anywhere (``kebench.compute``); a sequential run is one shard. A delta with NaN or
-inf values, a change larger than ``max_relative_norm`` times its weight's norm, or an
-edited model whose logits are not finite, is recorded as failed with the reason, and
-the run goes on.
+stored row has the same fingerprint is skipped, so a killed run resumes where it
+stopped and produces the same deltas as an uninterrupted one. Single and batch runs
+are cut into shards that run anywhere (``kebench.compute``); a sequential run is one
+shard. A delta with NaN or inf values, a change larger than ``max_relative_norm``
+times its weight's norm, or an edited model whose logits are not finite, is recorded
+as failed with the reason, and the run goes on.
 """
 
 from __future__ import annotations
