@@ -240,3 +240,11 @@ def test_an_injected_claim_without_an_old_answer_is_edited(
     assert kn.params and kn.meta["neurons"] != "0"
     (ike,) = edit_each(lm, "IKE", [demo[0]], hparams, context)
     assert "None" not in ike.prefix
+
+
+@pytest.mark.parametrize("groups", [[], [["I think that. {}"]], [["{}", "x. {}"]]])
+def test_injected_context_templates_must_start_with_the_bare_prompt(groups):
+    # ROME reads k0 and v from the first template's row: it must be the bare "{}"
+    context = EditContext(stats_dir=None, context_templates=groups)
+    with pytest.raises(ValueError, match=r"first group must be \['\{\}'\]"):
+        context_templates(None, [[5, 1]], context)
