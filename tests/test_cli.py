@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pyoxigraph as ox
 from click.testing import CliRunner
 
@@ -30,3 +33,24 @@ def test_convert_kg_turns_a_dbpedia_dump_into_ntriples(tmp_path):
         ox.Literal("line one\nline two"),
         ox.NamedNode("http://dbpedia.org/resource/B"),
     }
+
+
+def test_edits_prints_requests_and_probes_or_the_error(tmp_path):
+    data = Path(__file__).parent / "kg" / "data"
+    result = CliRunner().invoke(
+        cli, ["edits", str(data / "zsre_mem_eval.json"), "--format", "zsre"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    requests = [line["edit_request"] for line in lines if "edit_request" in line]
+    probes = [line["probe"] for line in lines if "probe" in line]
+    assert [r["target_new"] for r in requests] == ["Canada", "Dutch"]
+    assert requests[0]["subject_uri"] is None
+    assert len(probes) == 4  # noqa: PLR2004 - a rephrase and a locality question each
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"subject": "Ada Lovelace"}]')
+    result = CliRunner().invoke(cli, ["edits", str(broken), "--format", "zsre"])
+    assert result.exit_code == 1
+    assert "broken.json: record #0 ('Ada Lovelace'): missing or empty field 'src'" in (
+        result.output
+    )

@@ -160,6 +160,58 @@ def mine_rules_command(  # noqa: PLR0913, PLR0917 - one parameter per AMIE optio
         click.echo(f"No rule in {kb_path} reaches the thresholds.", err=True)
 
 
+EDIT_FORMATS = ("counterfact", "zsre", "mquake", "flat_mquake", "mlake", "rippleedits")
+
+
+@cli.command("edits")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--format",
+    "edit_format",
+    type=click.Choice(EDIT_FORMATS),
+    required=True,
+    help="The file's dataset format.",
+)
+@click.option(
+    "--risk",
+    type=click.Choice(["benign_update", "counterfactual", "misinformation", "bias"]),
+    default="counterfactual",
+    show_default=True,
+)
+def edits_command(file: str, edit_format: str, risk: str) -> None:
+    """Parse an edit-case FILE as a run would, and print its edit requests and the
+    dataset's own probes as JSON lines (``{"edit_request": ...}``, ``{"probe": ...}``).
+
+    A malformed file or record stops with an error naming the file and the record:
+    check a file this way before a long run.
+    """
+    import json  # noqa: PLC0415 - keeps --help fast
+    from pathlib import Path  # noqa: PLC0415
+
+    from kebench.kg.edit_cases import (  # noqa: PLC0415
+        EditCaseError,
+        RawEditCases,
+        RelationCatalog,
+        dataset_probes,
+        load_edit_case_file,
+        parse_edit_cases,
+    )
+
+    try:
+        raw = RawEditCases(
+            Path(file).stem, edit_format, risk, file, load_edit_case_file(file)
+        )
+        requests = parse_edit_cases(raw, RelationCatalog({}, {}))
+        probes = dataset_probes(raw)
+    except EditCaseError as error:
+        raise click.ClickException(str(error)) from error
+    for kind, frame in (("edit_request", requests), ("probe", probes)):
+        for record in (
+            frame.astype(object).where(frame.notna(), None).to_dict("records")
+        ):
+            click.echo(json.dumps({kind: record}, ensure_ascii=False))
+
+
 STATS_DIR_OPTION = click.option(
     "--stats-dir",
     type=click.Path(file_okay=False),

@@ -210,6 +210,39 @@ PROBES = pa.DataFrameSchema(
 # Known premises (issue 13): the facts a probe rests on, asked of the base model.
 PREMISE_KINDS = ("edit_fact", "premise")
 
+# A dataset's own probes, as its reader finds them (kebench.kg.edit_cases): ``text``
+# is scored as it is (``as_is``: CounterFact's and zsRE's prompts) or put in the QA
+# format (``question``: MQuAKE's questions). Aliases are JSON lists of other spellings.
+DATASET_PROBE_TYPES = ("paraphrase", "entailed", "multihop", "locality")
+DATASET_PROBE_STYLES = ("as_is", "question")
+
+DATASET_PROBES = pa.DataFrameSchema(
+    {
+        "case_id": pa.Column(str),
+        "probe_type": pa.Column(str, pa.Check.isin(DATASET_PROBE_TYPES)),
+        "origin": pa.Column(str),  # the dataset's field, e.g. neighborhood_prompts
+        "text": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "style": pa.Column(str, pa.Check.isin(DATASET_PROBE_STYLES)),
+        "answer_old": pa.Column(str, nullable=True),
+        "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "aliases_old": pa.Column(str),
+        "aliases_new": pa.Column(str),
+        "hops": pa.Column(int, pa.Check.ge(1)),
+    },
+    checks=[
+        pa.Check(
+            lambda df: (
+                (df["probe_type"] != "locality")
+                | (df["answer_old"] == df["answer_new"])
+            ),
+            error="a locality probe's answer must not change",
+        ),
+    ],
+    strict=True,
+    coerce=True,
+    name="dataset_probes",
+)
+
 PREMISE_PROBES = pa.DataFrameSchema(
     {
         "probe_id": pa.Column(str),  # the direct or entailed probe that rests on it

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kebench.kg.edit_cases import (
     EditCaseError,
     RawEditCases,
     RelationCatalog,
+    dataset_probes,
     load_edit_case_file,
     parse_edit_cases,
 )
@@ -166,3 +169,127 @@ def test_paper_data_parses(data_dir):
     )
     assert len(mlake) == 966  # 1,013 records, 47 whose subject is the answer
     assert mlake["prompt"].str.contains("{}", regex=False).all()
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def read(fmt: str, name: str) -> RawEditCases:
+    path = DATA / name
+    return RawEditCases(
+        "src", fmt, "counterfactual", str(path), load_edit_case_file(path)
+    )
+
+
+def probes_of(frame, case_id: str, probe_type: str) -> list[tuple]:
+    rows = frame[(frame["case_id"] == case_id) & (frame["probe_type"] == probe_type)]
+    return list(
+        rows[["text", "answer_old", "answer_new", "origin"]].itertuples(
+            index=False, name=None
+        )
+    )
+
+
+def test_counterfact_rewrite_and_its_probes():
+    raw = read("counterfact", "counterfact.json")
+    requests = parse_edit_cases(raw, RELATIONS)
+    first = requests.iloc[0]
+    assert (first["case_id"], first["subject"], first["prompt"]) == (
+        "src-0",
+        "Brazil",
+        "The official language of {} is",
+    )
+    assert (first["target_true"], first["target_new"]) == ("Portuguese", "Finnish")
+    assert first["relation_id"] == "P37" and pd.isna(first["question"])
+    probes = dataset_probes(raw)
+    assert probes_of(probes, "src-0", "paraphrase") == [
+        (
+            "The river was wide. In Brazil, the official language is",
+            "Portuguese",
+            "Finnish",
+            "paraphrase_prompts",
+        ),
+        (
+            "Brazil's official language is",
+            "Portuguese",
+            "Finnish",
+            "paraphrase_prompts",
+        ),
+    ]
+    # a neighbour keeps the true object: its answer must not move to the new one
+    assert probes_of(probes, "src-0", "locality") == [
+        (
+            "The official language of Portugal is",
+            "Portuguese",
+            "Portuguese",
+            "neighborhood_prompts",
+        ),
+        (
+            "The official language of Mozambique is",
+            "Portuguese",
+            "Portuguese",
+            "neighborhood_prompts",
+        ),
+    ]
+    assert set(probes["style"]) == {"as_is"}
+    assert len(probes) == 6  # noqa: PLR2004 - 4 of case 0, 2 of case 1
+
+
+def test_counterfact_rewrite_must_be_an_object(tmp_path):
+    path = tmp_path / "cf.json"
+    path.write_text(json.dumps([{"case_id": 4, "requested_rewrite": []}]))
+    with pytest.raises(
+        EditCaseError,
+        match=r"cf\.json: record #0 \(4\): field 'requested_rewrite' must be an object",
+    ):
+        parse_edit_cases(read_path("counterfact", path), RELATIONS)
+
+
+def read_path(fmt: str, path) -> RawEditCases:
+    return RawEditCases(
+        "src", fmt, "counterfactual", str(path), load_edit_case_file(path)
+    )
+
+
+def test_zsre_question_is_the_prompt_and_answers_zero_the_truth():
+    raw = read("zsre", "zsre_mem_eval.json")
+    requests = parse_edit_cases(raw, RELATIONS)
+    assert list(requests["prompt"]) == [
+        "Which country is {} located in?",
+        "What is the native language of {}?",
+    ]
+    # answers[0] is the truth, not the model prediction `pred`
+    assert list(requests["target_true"]) == ["Russia", "English"]
+    assert list(requests["target_new"]) == ["Canada", "Dutch"]
+    probes = dataset_probes(raw)
+    assert probes_of(probes, "src-0", "paraphrase") == [
+        ("In which country can Lake Baikal be found?", "Russia", "Canada", "rephrase")
+    ]
+    assert probes_of(probes, "src-1", "locality") == [
+        ("nq question: how many moons does mars have", "two", "two", "loc")
+    ]
+
+
+def test_zsre_question_without_its_subject_names_the_record(tmp_path):
+    record = json.loads((DATA / "zsre_mem_eval.json").read_text())[0]
+    path = tmp_path / "zsre.json"
+    path.write_text(json.dumps([record | {"subject": "Loch Ness"}]))
+    with pytest.raises(
+        EditCaseError, match=r"zsre\.json: record #0 \('Loch Ness'\): field 'src'"
+    ):
+        parse_edit_cases(read_path("zsre", path), RELATIONS)
+    path.write_text(json.dumps([record | {"answers": []}]))
+    with pytest.raises(EditCaseError, match=r"record #0 .*'answers'"):
+        parse_edit_cases(read_path("zsre", path), RELATIONS)
+
+
+def test_mquake_v2_multihop_questions_carry_their_aliases():
+    raw = read("mquake", "mquake_cf_v2.json")
+    assert list(parse_edit_cases(raw, RELATIONS)["case_id"]) == ["src-11"]
+    probes = dataset_probes(raw)
+    assert list(probes["probe_type"]) == ["multihop"] * 3
+    assert set(probes["style"]) == {"question"} and set(probes["hops"]) == {2}
+    first = probes.iloc[0]
+    assert (first["answer_old"], first["answer_new"]) == ("London", "Tokyo")
+    assert json.loads(first["aliases_old"]) == ["London, England", "City of London"]
+    assert json.loads(first["aliases_new"]) == ["Tokyo Metropolis", "Tōkyō"]

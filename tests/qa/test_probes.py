@@ -10,6 +10,7 @@ from kebench.qa.entailment import edit_relations
 from kebench.qa.probes import (
     case_facts,
     case_paraphrases,
+    dataset_probe_rows,
     edit_probes,
     entailed_probes,
     locality_probes,
@@ -167,3 +168,54 @@ def test_case_paraphrases_are_the_questions_of_each_cases_paraphrase_probes():
     probes = edit_probes(EDITS, QA, {r: edit_relations(r, rel) for r in rel})
     # only e1 has a question; e2 and e3 have no paraphrase probe
     assert case_paraphrases(probes) == {"e1": ["Where was Joe Biden born?"]}
+
+
+def test_dataset_probes_keep_their_style_and_cases():
+    """A question goes into the QA format, an as-is prompt is scored as written; a
+    case without an edit request gives no probe."""
+    aliases = {"aliases_old": "[]", "aliases_new": "[]", "hops": 1}
+    dataset = pd.DataFrame(
+        [
+            {
+                "case_id": "e1",
+                "probe_type": "multihop",
+                "origin": "questions",
+                "text": "Where was the president born?",
+                "style": "question",
+                "answer_old": "Scranton",
+                "answer_new": "Dublin",
+                **aliases,
+            },
+            {
+                "case_id": "e1",
+                "probe_type": "locality",
+                "origin": "neighborhood_prompts",
+                "text": "Kamala Harris was born in",
+                "style": "as_is",
+                "answer_old": "Oakland",
+                "answer_new": "Oakland",
+                **aliases,
+            },
+            {
+                "case_id": "gone",
+                "probe_type": "paraphrase",
+                "origin": "rephrase",
+                "text": "Where?",
+                "style": "as_is",
+                "answer_old": "A",
+                "answer_new": "B",
+                **aliases,
+            },
+        ]
+    )
+    rows = dataset_probe_rows(dataset, EDITS, QA)
+    assert list(rows["case_id"]) == ["e1", "e1"]
+    by_type = rows.set_index("probe_type")
+    assert by_type.loc["multihop", "prompt"] == (
+        "Question: Where was the president born?\nAnswer:"
+    )
+    assert by_type.loc["multihop", "question"] == "Where was the president born?"
+    assert by_type.loc["locality", "prompt"] == "Kamala Harris was born in"
+    assert pd.isna(by_type.loc["locality", "question"])
+    assert set(rows["subject"]) == {"Joe Biden"} and set(rows["source"]) == {"demo"}
+    assert len(unify_probes([rows])) == 2  # noqa: PLR2004 - valid probes

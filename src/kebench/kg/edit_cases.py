@@ -1,10 +1,19 @@
 """Readers that turn knowledge-editing datasets into ``edit_requests`` rows.
 
 Formats:
-    mquake: MQuAKE's full JSON schema (``requested_rewrite`` lists); the demo uses it.
+    mquake: MQuAKE's full JSON schema (``requested_rewrite`` lists), of MQuAKE-CF-3k,
+        MQuAKE-CF-3k-v2 and MQuAKE-T; the demo uses it.
     flat_mquake: the paper's flattened MQuAKE-T records (prompt, subject, target_true,
         target_new, question), as JSON or CSV.
     mlake: the paper's MLaKE records, whose prompt is a sentence stating the old fact.
+    counterfact: ROME's ``counterfact.json`` (one ``requested_rewrite`` object).
+    zsre: MEND's ``zsre_mem_eval.json`` (a question, its rephrase, an NQ locality
+        question).
+    rippleedits: RippleEdits' ``popular``, ``random`` and ``recent`` files.
+
+Besides the edit requests, ``dataset_probes`` reads each dataset's own probes (MQuAKE's
+multi-hop questions, CounterFact's paraphrase and neighbourhood prompts, zsRE's
+rephrase and locality question, RippleEdits' tests), with their answers' aliases.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.schemas import EDIT_REQUESTS
+from kebench.schemas import DATASET_PROBES, EDIT_REQUESTS
 
 logger = logging.getLogger(__name__)
 
@@ -192,11 +201,84 @@ def _rows_mlake(
     ]
 
 
+def _aliases(value: Any) -> list[str]:
+    """A list of alias strings (MQuAKE's ``answer_alias``); [] when absent."""
+    if not isinstance(value, list):
+        return []
+    return [text for text in (_text(item) for item in value) if text is not None]
+
+
+def _rows_counterfact(
+    raw: RawEditCases, index: int, record: dict, relations: RelationCatalog
+) -> list[dict]:
+    """CounterFact: one ``requested_rewrite`` object per record."""
+    where = _record_where(raw, index, record)
+    rewrite = record.get("requested_rewrite")
+    if not isinstance(rewrite, dict):
+        raise EditCaseError(f"{where}: field 'requested_rewrite' must be an object")
+    relation_id = _require(rewrite, "relation_id", where)
+    return [
+        {
+            "case_id": f"{raw.source}-{record.get('case_id', index)}",
+            "subject": _require(rewrite, "subject", where),
+            "relation_id": relation_id,
+            "relation_label": relations.label(relation_id),
+            "prompt": _require(rewrite, "prompt", where),
+            "target_true": _require(rewrite, "target_true", where),
+            "target_new": _require(rewrite, "target_new", where),
+            "question": None,
+        }
+    ]
+
+
+def _zsre_fields(record: dict, where: str) -> tuple[str, str, str, str]:
+    """A zsRE record's subject, question as a prompt ({} for the subject), old and
+    new answer. The old answer is ``answers[0]``, as EasyEdit reads it (``pred`` is
+    a model's prediction, not the truth)."""
+    subject = _require(record, "subject", where)
+    question = _require(record, "src", where)
+    if subject not in question:
+        raise EditCaseError(
+            f"{where}: field 'src' ({question!r}) does not name subject {subject!r}"
+        )
+    answers = _aliases(record.get("answers"))
+    if not answers:
+        raise EditCaseError(f"{where}: missing or empty field 'answers'")
+    return (
+        subject,
+        question.replace(subject, "{}", 1),
+        answers[0],
+        _require(record, "alt", where),
+    )
+
+
+def _rows_zsre(
+    raw: RawEditCases, index: int, record: dict, relations: RelationCatalog
+) -> list[dict]:
+    """zsRE: the question is the edit's prompt, scored as it is (as EasyEdit does)."""
+    where = _record_where(raw, index, record)
+    subject, prompt, old, new = _zsre_fields(record, where)
+    return [
+        {
+            "case_id": f"{raw.source}-{index}",
+            "subject": subject,
+            "relation_id": UNKNOWN_RELATION,
+            "relation_label": relations.label(UNKNOWN_RELATION),
+            "prompt": prompt,
+            "target_true": old,
+            "target_new": new,
+            "question": None,
+        }
+    ]
+
+
 RowReader = Callable[[RawEditCases, int, dict, RelationCatalog], list[dict]]
 READERS: dict[str, RowReader] = {
     "mquake": _rows_mquake,
     "flat_mquake": _rows_flat_mquake,
     "mlake": _rows_mlake,
+    "counterfact": _rows_counterfact,
+    "zsre": _rows_zsre,
 }
 
 
@@ -252,32 +334,148 @@ def parse_edit_cases(raw: RawEditCases, relations: RelationCatalog) -> pd.DataFr
     return EDIT_REQUESTS.validate(frame.reset_index(drop=True))
 
 
-def multihop_questions(raw: RawEditCases) -> pd.DataFrame:
-    """MQuAKE's own multi-hop questions of each case (``questions``, ``answer``,
-    ``new_answer``); empty for formats that have none.
+def _probe(  # noqa: PLR0913 - one dataset probe's fields
+    case_id: str,
+    probe_type: str,
+    origin: str,
+    text: str,
+    *,
+    style: str,
+    answers: tuple[str | None, str],
+    aliases: tuple[list[str], list[str]] = ([], []),
+    hops: int = 1,
+) -> dict:
+    return {
+        "case_id": case_id,
+        "probe_type": probe_type,
+        "origin": origin,
+        "text": text,
+        "style": style,
+        "answer_old": answers[0],
+        "answer_new": answers[1],
+        "aliases_old": json.dumps(aliases[0], ensure_ascii=False),
+        "aliases_new": json.dumps(aliases[1], ensure_ascii=False),
+        "hops": hops,
+    }
 
-    Returns:
-        A frame with case_id, question, answer_old, answer_new, hops.
-    """
-    columns = ["case_id", "question", "answer_old", "answer_new", "hops"]
-    if raw.format != "mquake":
-        return pd.DataFrame(columns=columns)
-    rows = []
-    for index, record in enumerate(raw.records):
-        old, new = _text(record.get("answer")), _text(record.get("new_answer"))
-        if not isinstance(record, dict) or old is None or new is None:
-            continue
-        case_id = f"{raw.source}-{record.get('case_id', index)}"
-        hops = max(len(record.get("single_hops") or []), 2)
-        rows.extend(
-            {
-                "case_id": case_id,
-                "question": question,
-                "answer_old": old,
-                "answer_new": new,
-                "hops": hops,
-            }
-            for question in record.get("questions") or []
-            if _text(question)
+
+def _texts(record: Mapping[str, Any], field: str) -> list[str]:
+    value = record.get(field)
+    return _aliases(value) if isinstance(value, list) else []
+
+
+def _probes_mquake(raw: RawEditCases, index: int, record: dict) -> list[dict]:
+    """MQuAKE's multi-hop ``questions``, with ``answer_alias`` / ``new_answer_alias``."""
+    old, new = _text(record.get("answer")), _text(record.get("new_answer"))
+    if old is None or new is None:
+        return []
+    case_id = f"{raw.source}-{record.get('case_id', index)}"
+    aliases = (
+        _aliases(record.get("answer_alias")),
+        _aliases(record.get("new_answer_alias")),
+    )
+    hops = max(len(record.get("single_hops") or []), 2)
+    return [
+        _probe(
+            case_id,
+            "multihop",
+            "questions",
+            q,
+            style="question",
+            answers=(old, new),
+            aliases=aliases,
+            hops=hops,
         )
-    return pd.DataFrame(rows, columns=columns)
+        for q in _texts(record, "questions")
+    ]
+
+
+def _probes_counterfact(raw: RawEditCases, index: int, record: dict) -> list[dict]:
+    """CounterFact's ``paraphrase_prompts`` (the new answer) and
+    ``neighborhood_prompts`` (other subjects that keep the old one)."""
+    rewrite = record.get("requested_rewrite") or {}
+    old, new = _text(rewrite.get("target_true")), _text(rewrite.get("target_new"))
+    if old is None or new is None:
+        return []
+    case_id = f"{raw.source}-{record.get('case_id', index)}"
+    return [
+        _probe(
+            case_id,
+            "paraphrase",
+            "paraphrase_prompts",
+            text,
+            style="as_is",
+            answers=(old, new),
+        )
+        for text in _texts(record, "paraphrase_prompts")
+    ] + [
+        _probe(
+            case_id,
+            "locality",
+            "neighborhood_prompts",
+            text,
+            style="as_is",
+            answers=(old, old),
+        )
+        for text in _texts(record, "neighborhood_prompts")
+    ]
+
+
+def _probes_zsre(raw: RawEditCases, index: int, record: dict) -> list[dict]:
+    """zsRE's ``rephrase`` and its NQ locality question ``loc`` (answer ``loc_ans``),
+    as EasyEdit scores them: the text as it is."""
+    where = _record_where(raw, index, record)
+    _subject, _prompt, old, new = _zsre_fields(record, where)
+    case_id = f"{raw.source}-{index}"
+    probes = []
+    if (rephrase := _text(record.get("rephrase"))) is not None:
+        probes.append(
+            _probe(
+                case_id,
+                "paraphrase",
+                "rephrase",
+                rephrase,
+                style="as_is",
+                answers=(old, new),
+            )
+        )
+    loc, loc_answer = _text(record.get("loc")), _text(record.get("loc_ans"))
+    if loc is not None and loc_answer is not None:
+        probes.append(
+            _probe(
+                case_id,
+                "locality",
+                "loc",
+                loc,
+                style="as_is",
+                answers=(loc_answer, loc_answer),
+            )
+        )
+    return probes
+
+
+ProbeReader = Callable[[RawEditCases, int, dict], list[dict]]
+PROBE_READERS: dict[str, ProbeReader] = {
+    "mquake": _probes_mquake,
+    "counterfact": _probes_counterfact,
+    "zsre": _probes_zsre,
+}
+
+
+def dataset_probes(raw: RawEditCases) -> pd.DataFrame:
+    """The dataset's own probes of each case (the module docstring); empty for
+    formats that have none. Records the edit reader skips give none."""
+    read = PROBE_READERS.get(raw.format)
+    rows: list[dict] = []
+    if read is not None:
+        for index, record in enumerate(raw.records):
+            if not isinstance(record, dict):
+                continue
+            try:
+                rows.extend(read(raw, index, record))
+            except EditCaseError:
+                if not raw.skip_invalid:
+                    raise
+    return DATASET_PROBES.validate(
+        pd.DataFrame(rows, columns=list(DATASET_PROBES.columns))
+    )

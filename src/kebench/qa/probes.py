@@ -123,26 +123,39 @@ def entailed_probes(
     )
 
 
-def multihop_probes(
-    multihop: pd.DataFrame, edit_requests: pd.DataFrame, qa_format: str
+def dataset_probe_rows(
+    dataset_probes: pd.DataFrame, edit_requests: pd.DataFrame, qa_format: str
 ) -> pd.DataFrame:
-    """``multihop`` probes: the dataset's own multi-hop questions (e.g. MQuAKE's)."""
+    """The dataset's own probes (``kebench.kg.edit_cases.dataset_probes``: MQuAKE's
+    multi-hop questions, CounterFact's paraphrase and neighbourhood prompts, ...) as
+    probes of the cases that have edit requests. A ``question`` is put in the QA
+    format; an ``as_is`` text is scored as it is."""
     cases = edit_requests.set_index("case_id")
-    joined = multihop[multihop["case_id"].isin(cases.index)].join(
+    joined = dataset_probes[dataset_probes["case_id"].isin(cases.index)].join(
         cases[["source", "risk", "subject"]], on="case_id"
     )
-    return _rows(
-        joined,
-        "multihop",
-        source=joined["source"],
-        risk=joined["risk"],
-        subject=joined["subject"],
-        prompt=[as_question_prompt(q, qa_format) for q in joined["question"]],
-        question=joined["question"],
-        answer_old=joined["answer_old"],
-        answer_new=joined["answer_new"],
-        hops=joined["hops"],
-    )
+    asked = joined["style"] == "question"
+    parts = [
+        _rows(
+            part,
+            probe_type,
+            source=part["source"],
+            risk=part["risk"],
+            subject=part["subject"],
+            prompt=[
+                as_question_prompt(text, qa_format) if is_question else text
+                for text, is_question in zip(
+                    part["text"], asked[part.index], strict=True
+                )
+            ],
+            question=part["text"].where(asked[part.index]),
+            answer_old=part["answer_old"],
+            answer_new=part["answer_new"],
+            hops=part["hops"],
+        )
+        for probe_type, part in joined.groupby("probe_type", sort=False)
+    ]
+    return pd.concat(parts, ignore_index=True) if parts else _rows(joined, "multihop")
 
 
 def locality_probes(

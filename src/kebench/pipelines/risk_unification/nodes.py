@@ -6,16 +6,16 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.kg.edit_cases import RawEditCases, multihop_questions
+from kebench.kg.edit_cases import RawEditCases, dataset_probes
 from kebench.qa.entailment import edit_relations
 from kebench.qa.premises import premise_probes
 from kebench.qa.probes import (
     InjectionSet,
+    dataset_probe_rows,
     edit_probes,
     entailed_probes,
     injection_probes,
     locality_probes,
-    multihop_probes,
     probe_summary,
     unify_probes,
 )
@@ -42,12 +42,13 @@ def collect_entailed_probes(
     return entailed_probes(entailed_questions, edit_requests, entailed_facts)
 
 
-def collect_multihop_probes(
+def collect_dataset_probes(
     raw_edit_cases: RawEditCases, edit_requests: pd.DataFrame, params: dict[str, Any]
 ) -> pd.DataFrame:
-    """The dataset's own multi-hop questions (MQuAKE's ``questions``)."""
-    return multihop_probes(
-        multihop_questions(raw_edit_cases), edit_requests, params["qa_format"]
+    """The dataset's own probes: MQuAKE's multi-hop questions, CounterFact's and
+    zsRE's paraphrases and locality prompts."""
+    return dataset_probe_rows(
+        dataset_probes(raw_edit_cases), edit_requests, params["qa_format"]
     )
 
 
@@ -77,12 +78,12 @@ def collect_injection_probes(
 def unify_probe_table(
     edit: pd.DataFrame,
     entailed: pd.DataFrame,
-    multihop: pd.DataFrame,
+    dataset: pd.DataFrame,
     locality: pd.DataFrame,
     injection: pd.DataFrame,
 ) -> pd.DataFrame:
     """The one ``probes`` table, validated."""
-    return unify_probes([edit, entailed, multihop, locality, injection])
+    return unify_probes([edit, entailed, dataset, locality, injection])
 
 
 def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:

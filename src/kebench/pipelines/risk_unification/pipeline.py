@@ -3,10 +3,10 @@
 from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.risk_unification.nodes import (
+    collect_dataset_probes,
     collect_edit_probes,
     collect_entailed_probes,
     collect_injection_probes,
-    collect_multihop_probes,
     collect_premise_probes,
     sample_locality_probes,
     summarise_probes,
@@ -35,10 +35,10 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="collect_entailed_probes",
             ),
             Node(
-                func=collect_multihop_probes,
+                func=collect_dataset_probes,
                 inputs=["raw_edit_cases", "edit_requests", "params:risk_unification"],
-                outputs="multihop_probes",
-                name="collect_multihop_probes",
+                outputs="dataset_probes",
+                name="collect_dataset_probes",
             ),
             Node(
                 func=sample_locality_probes,
@@ -62,7 +62,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs=[
                     "edit_probes",
                     "entailed_probes",
-                    "multihop_probes",
+                    "dataset_probes",
                     "locality_probes",
                     "injection_probes",
                 ],
