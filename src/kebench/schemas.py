@@ -164,6 +164,13 @@ ENTAILED_QUESTIONS = pa.DataFrameSchema(
 
 PROBE_TYPES = ("direct", "paraphrase", "entailed", "multihop", "locality", "general")
 
+LOCALITY_UNCHANGED = pa.Check(
+    lambda df: (
+        (df["probe_type"] != "locality") | (df["answer_old"] == df["answer_new"])
+    ),
+    error="a locality probe's answer must not change",
+)
+
 PROBES = pa.DataFrameSchema(
     {
         "probe_id": pa.Column(str, unique=True),
@@ -194,13 +201,7 @@ PROBES = pa.DataFrameSchema(
             lambda df: df["rule_id"].notna() == (df["probe_type"] == "entailed"),
             error="rule_id is set exactly on entailed probes",
         ),
-        pa.Check(
-            lambda df: (
-                (df["probe_type"] != "locality")
-                | (df["answer_old"] == df["answer_new"])
-            ),
-            error="a locality probe's answer must not change",
-        ),
+        LOCALITY_UNCHANGED,
     ],
     strict=True,
     coerce=True,
@@ -229,15 +230,7 @@ DATASET_PROBES = pa.DataFrameSchema(
         "aliases_new": pa.Column(str),
         "hops": pa.Column(int, pa.Check.ge(1)),
     },
-    checks=[
-        pa.Check(
-            lambda df: (
-                (df["probe_type"] != "locality")
-                | (df["answer_old"] == df["answer_new"])
-            ),
-            error="a locality probe's answer must not change",
-        ),
-    ],
+    checks=[LOCALITY_UNCHANGED],
     strict=True,
     coerce=True,
     name="dataset_probes",
