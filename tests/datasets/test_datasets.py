@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from kedro.io import DatasetError
@@ -115,3 +117,24 @@ def test_missing_kg_file_is_a_clear_error(tmp_path):
     }
     with pytest.raises(DatasetError, match="KG file not found: .*none.nt"):
         SparqlEndpointDataset(source="x", sources=sources).load()
+
+
+def test_a_source_of_several_files_reads_them_in_order(tmp_path):
+    files = []
+    for name, count in (("first", 2), ("second", 1)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps([{"n": f"{name}-{i}"} for i in range(count)]))
+        files.append(str(path))
+    sources = {
+        "x": {
+            "edit_cases": {
+                "filepath": files,
+                "format": "mquake",
+                "risk": "counterfactual",
+            }
+        }
+    }
+    raw = EditCasesDataset(source="x", sources=sources).load()
+    assert [r["n"] for r in raw.records] == ["first-0", "first-1", "second-0"]
+    # a record is named by its own file and its index there
+    assert raw.origin(2) == (files[1], 0)

@@ -14,6 +14,7 @@ from kebench.kg.edit_cases import (
     RelationCatalog,
     dataset_probes,
     load_edit_case_file,
+    load_edit_case_files,
     parse_edit_cases,
 )
 
@@ -183,6 +184,7 @@ def read(fmt: str, name: str) -> RawEditCases:
 
 def probes_of(frame, case_id: str, probe_type: str) -> list[tuple]:
     rows = frame[(frame["case_id"] == case_id) & (frame["probe_type"] == probe_type)]
+    rows = rows.astype(object).where(rows.notna(), None)  # an unknown answer: None
     return list(
         rows[["text", "answer_old", "answer_new", "origin"]].itertuples(
             index=False, name=None
@@ -293,3 +295,97 @@ def test_mquake_v2_multihop_questions_carry_their_aliases():
     assert (first["answer_old"], first["answer_new"]) == ("London", "Tokyo")
     assert json.loads(first["aliases_old"]) == ["London, England", "City of London"]
     assert json.loads(first["aliases_new"]) == ["Tokyo Metropolis", "Tōkyō"]
+
+
+def ripple(skip_invalid: bool = True) -> RawEditCases:
+    files = [
+        DATA / "rippleedits" / f"{name}.json"
+        for name in ("popular", "random", "recent")
+    ]
+    records, origins = load_edit_case_files(files)
+    return RawEditCases(
+        "ripple",
+        "rippleedits",
+        "counterfactual",
+        ", ".join(map(str, files)),
+        records,
+        skip_invalid,
+        origins,
+    )
+
+
+def test_rippleedits_edits_from_the_phrases_its_files_share():
+    requests = parse_edit_cases(ripple(), RELATIONS)
+    # the recent example adds a fact: no old answer, skipped
+    assert list(requests["case_id"]) == [
+        "ripple-popular-0",
+        "ripple-popular-1",
+        "ripple-random-0",
+    ]
+    assert list(requests["subject"]) == [
+        "Leonardo DiCaprio",
+        "Marie Curie",
+        "Haruki Murakami",
+    ]
+    assert set(requests["prompt"]) == {"The citizenship of {} is"}
+    assert list(requests["target_true"]) == [
+        "United States of America",
+        "Poland",
+        "Japan",
+    ]
+    assert list(requests["target_new"]) == ["Syria", "Brazil", "Kenya"]
+    assert requests.iloc[0]["relation_label"] == "country of citizenship"
+
+
+def test_rippleedits_recent_example_names_its_file_and_record():
+    with pytest.raises(
+        EditCaseError, match=r"recent\.json: record #0: the edit has no 'previous_fact'"
+    ):
+        parse_edit_cases(ripple(skip_invalid=False), RELATIONS)
+
+
+def test_rippleedits_tests_become_probes():
+    probes = dataset_probes(ripple())
+    first = probes[probes["case_id"] == "ripple-popular-0"].set_index("probe_type")
+    assert tuple(
+        first.loc["locality", ["text", "answer_old", "answer_new", "origin"]]
+    ) == (
+        "The mother of Leonardo DiCaprio is named",
+        "Irmelin Indenbirken",
+        "Irmelin Indenbirken",
+        "Relation_Specificity",
+    )
+    assert json.loads(first.loc["locality", "aliases_old"]) == ["Irmelin DiCaprio"]
+    # the alias asks the edit itself: old and new answer are the edit's
+    assert tuple(first.loc["paraphrase", ["text", "answer_old", "answer_new"]]) == (
+        "The citizenship of Leo DiCaprio is",
+        "United States of America",
+        "Syria",
+    )
+    assert json.loads(first.loc["paraphrase", "aliases_new"]) == [
+        "Syrian Arab Republic"
+    ]
+    assert json.loads(first.loc["paraphrase", "aliases_old"]) == []
+    two_hop = first.loc["multihop"]
+    assert (two_hop["answer_new"], two_hop["hops"]) == ("Damascus", 2)
+    assert pd.isna(two_hop["answer_old"])
+    assert probes_of(probes, "ripple-popular-1", "locality") == [
+        ("The citizenship of Marie Curie is", "France", "France", "Forgetfulness")
+    ]
+    assert probes_of(probes, "ripple-random-0", "entailed") == [
+        ("Haruki Murakami holds a passport of", None, "Kenya", "Logical_Generalization")
+    ]
+    # condition queries are not probes; the recent example gives none
+    assert len(probes) == 5  # noqa: PLR2004
+    assert set(probes["style"]) == {"as_is"}
+
+
+def test_rippleedits_relation_seen_with_too_few_subjects_has_no_phrase(tmp_path):
+    record = json.loads((DATA / "rippleedits" / "popular.json").read_text())[0]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([record]))
+    with pytest.raises(
+        EditCaseError,
+        match=r"one\.json: record #0: relation 'COUNTRY_OF_CITIZENSHIP' has plain queries of fewer than 3",
+    ):
+        parse_edit_cases(read_path("rippleedits", path), RELATIONS)

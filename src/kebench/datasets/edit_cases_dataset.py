@@ -6,7 +6,11 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from kebench.kg.edit_cases import RawEditCases, load_edit_case_file
+from kebench.kg.edit_cases import (
+    RawEditCases,
+    load_edit_case_file,
+    load_edit_case_files,
+)
 
 
 def source_spec(source: str, sources: dict[str, Any]) -> dict[str, Any]:
@@ -24,7 +28,8 @@ class EditCasesDataset(AbstractDataset[None, RawEditCases]):
     Args:
         source: the source's name, e.g. ``demo`` or ``mquake_t``.
         sources: every configured source (``globals.yml``), each with an ``edit_cases``
-            entry holding ``filepath``, ``format``, ``risk`` and optionally
+            entry holding ``filepath`` (one file, or a list read in order), ``format``,
+            ``risk`` and optionally
             ``skip_invalid`` (skip unusable records with a warning instead of failing).
     """
 
@@ -36,13 +41,20 @@ class EditCasesDataset(AbstractDataset[None, RawEditCases]):
         self.metadata = metadata
 
     def load(self) -> RawEditCases:
+        filepath = self._spec["filepath"]
+        if isinstance(filepath, str):
+            records, origins, path = load_edit_case_file(filepath), (), filepath
+        else:
+            records, origins = load_edit_case_files(list(filepath))
+            path = ", ".join(str(file) for file in filepath)
         return RawEditCases(
             source=self._source,
             format=self._spec["format"],
             risk=self._spec["risk"],
-            path=str(self._spec["filepath"]),
-            records=load_edit_case_file(self._spec["filepath"]),
+            path=path,
+            records=records,
             skip_invalid=self._spec.get("skip_invalid", False),
+            origins=origins,
         )
 
     def save(self, data: RawEditCases) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,11 @@ class EditCaseError(ValueError):
 
 @dataclass(frozen=True)
 class RawEditCases:
-    """Records of one edit-case file, as loaded, with where they came from."""
+    """Records of one source's edit-case files, as loaded, with where they came from.
+
+    ``origins`` holds each record's file and its index there when the source reads
+    several files (``path`` then lists them); empty, every record is ``path``'s.
+    """
 
     source: str
     format: str
@@ -48,6 +53,11 @@ class RawEditCases:
     path: str
     records: list[dict[str, Any]]
     skip_invalid: bool = False
+    origins: tuple[tuple[str, int], ...] = ()
+
+    def origin(self, index: int) -> tuple[str, int]:
+        """The file of record ``index`` and its index in that file."""
+        return self.origins[index] if self.origins else (self.path, index)
 
 
 def load_edit_case_file(path: str | Path) -> list[dict[str, Any]]:
@@ -74,6 +84,19 @@ def load_edit_case_file(path: str | Path) -> list[dict[str, Any]]:
             f"{path}: expected a JSON list of records, got {type(records).__name__}"
         )
     return records
+
+
+def load_edit_case_files(
+    paths: Sequence[str | Path],
+) -> tuple[list[dict[str, Any]], tuple[tuple[str, int], ...]]:
+    """The records of several edit-case files in order, and each one's origin."""
+    records: list[dict[str, Any]] = []
+    origins: list[tuple[str, int]] = []
+    for path in paths:
+        loaded = load_edit_case_file(path)
+        records.extend(loaded)
+        origins.extend((str(path), index) for index in range(len(loaded)))
+    return records, tuple(origins)
 
 
 @dataclass(frozen=True)
@@ -120,7 +143,8 @@ def _record_where(raw: RawEditCases, index: int, record: Any) -> str:
     if isinstance(record, dict):
         ident = record.get("case_id", record.get("subject"))
         label = f" ({ident!r})" if ident is not None else ""
-    return f"{raw.path}: record #{index}{label}"
+    path, local = raw.origin(index)
+    return f"{path}: record #{local}{label}"
 
 
 def _rows_mquake(
@@ -273,12 +297,176 @@ def _rows_zsre(
 
 
 RowReader = Callable[[RawEditCases, int, dict, RelationCatalog], list[dict]]
+
+# RippleEdits' test categories and the probe type each one is (Cohen et al., 2024):
+# other facts of the subject, and old targets of one-to-many relations, must stay;
+# the edit asked through an alias of the subject is a paraphrase; a logical
+# constraint's consequence is entailed; a fact through the new target is two hops.
+RIPPLE_TESTS: dict[str, str] = {
+    "Relation_Specificity": "locality",
+    "Forgetfulness": "locality",
+    "Subject_Aliasing": "paraphrase",
+    "Logical_Generalization": "entailed",
+    "Compositionality_I": "multihop",
+    "Compositionality_II": "multihop",
+}
+# How many subjects a relation's plain queries need before its phrase is trusted.
+RIPPLE_MIN_SUBJECTS = 3
+
+
+def _ripple_queries(record: Mapping[str, Any]) -> Iterator[dict]:
+    """Every query of a RippleEdits example: its tests' and their conditions'."""
+    for name in RIPPLE_TESTS:
+        for test in record.get(name) or []:
+            if not isinstance(test, dict):
+                continue
+            queries = (test.get("test_queries") or []) + (
+                test.get("condition_queries") or []
+            )
+            yield from (query for query in queries if isinstance(query, dict))
+
+
+@dataclass(frozen=True)
+class RelationPhrase:
+    """The text a RippleEdits relation puts before and after its subject."""
+
+    before: str
+    after: str
+
+
+def ripple_phrases(records: Sequence[Any]) -> dict[str, RelationPhrase]:
+    """Each relation's phrase, learnt from the files themselves.
+
+    RippleEdits phrases every plain query of a relation (``phrase`` null) the same
+    way around the subject's label, and its files store only the phrased prompts: the
+    text all such prompts of a relation share before and after their subjects, cut at
+    word boundaries, is the relation's phrase. A relation seen with fewer than
+    ``RIPPLE_MIN_SUBJECTS`` subjects has none.
+    """
+    prompts: dict[str, dict[str, str]] = {}
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        for query in _ripple_queries(record):
+            relation, prompt = _text(query.get("relation")), _text(query.get("prompt"))
+            plain = query.get("query_type") == "regular" and query.get("phrase") is None
+            if plain and relation and prompt and query.get("subject_id"):
+                prompts.setdefault(relation, {})[str(query["subject_id"])] = prompt
+    phrases = {}
+    for relation, by_subject in prompts.items():
+        if len(by_subject) < RIPPLE_MIN_SUBJECTS:
+            continue
+        texts = list(by_subject.values())
+        before = os.path.commonprefix(texts)
+        before = before[: before.rfind(" ") + 1]
+        after = os.path.commonprefix([text[::-1] for text in texts])[::-1]
+        # a phrase that ends with its subject cannot tell the subject from the target
+        if " " in after:
+            phrases[relation] = RelationPhrase(before, after[after.find(" ") :])
+    return phrases
+
+
+def _ripple_fact(
+    phrase: RelationPhrase, new_prompt: str, old_prompt: str, where: str
+) -> tuple[str, str, str, str]:
+    """Subject, cloze ({} for the subject), old and new target of an edit stated as
+    ``<phrase(subject)> <new target>.`` beside its previous fact's prompt."""
+    start = len(phrase.before)
+    # the subject ends where the phrase goes on; of several such places (a subject
+    # that contains the phrase's words), the last one both prompts share
+    ends = [
+        end
+        for end in range(start + 1, len(new_prompt))
+        if new_prompt.startswith(phrase.after + " ", end)
+        and old_prompt.startswith(new_prompt[: end + len(phrase.after) + 1])
+    ]
+    if new_prompt.startswith(phrase.before) and ends:
+        stem = len(phrase.after) + ends[-1] + 1
+        return (
+            new_prompt[start : ends[-1]],
+            phrase.before + "{}" + phrase.after,
+            old_prompt[stem:].removesuffix("."),
+            new_prompt[stem:].removesuffix("."),
+        )
+    raise EditCaseError(
+        f"{where}: cannot find the subject in {new_prompt!r} with its relation's "
+        f"phrase {phrase.before!r} ... {phrase.after!r}"
+    )
+
+
+def _rippleedits_reader(raw: RawEditCases) -> RowReader:
+    """The reader of a RippleEdits source: its relations' phrases come from all of
+    its records (``ripple_phrases``)."""
+    phrases = ripple_phrases(raw.records)
+
+    def read(
+        raw: RawEditCases, index: int, record: dict, relations: RelationCatalog
+    ) -> list[dict]:
+        where = _record_where(raw, index, record)
+        subject, cloze, old, new = _ripple_edit(raw, record, phrases, where)
+        relation = record["edit"]["relation"]
+        return [
+            {
+                "case_id": _ripple_case_id(raw, index),
+                "subject": subject,
+                "relation_id": relation,
+                "relation_label": relations.labels.get(
+                    relation, relation.lower().replace("_", " ")
+                ),
+                "prompt": cloze,
+                "target_true": old,
+                "target_new": new,
+                "question": None,
+            }
+        ]
+
+    return read
+
+
+def _ripple_case_id(raw: RawEditCases, index: int) -> str:
+    path, local = raw.origin(index)
+    return f"{raw.source}-{Path(path).stem}-{local}"
+
+
+def _ripple_edit(
+    raw: RawEditCases,
+    record: dict,
+    phrases: Mapping[str, RelationPhrase],
+    where: str,
+) -> tuple[str, str, str, str]:
+    edit = record.get("edit")
+    if not isinstance(edit, dict):
+        raise EditCaseError(f"{where}: field 'edit' must be an object")
+    relation = _require(edit, "relation", where)
+    previous = edit.get("previous_fact")
+    if not isinstance(previous, dict):
+        raise EditCaseError(
+            f"{where}: the edit has no 'previous_fact' (RippleEdits' recent examples "
+            "add a fact), so it has no old answer for an edit request"
+        )
+    if relation not in phrases:
+        raise EditCaseError(
+            f"{where}: relation {relation!r} has plain queries of fewer than "
+            f"{RIPPLE_MIN_SUBJECTS} subjects in {raw.path}: its phrase is unknown"
+        )
+    return _ripple_fact(
+        phrases[relation],
+        _require(edit, "prompt", where),
+        _require(previous, "prompt", f"{where}, previous_fact"),
+        where,
+    )
+
+
 READERS: dict[str, RowReader] = {
     "mquake": _rows_mquake,
     "flat_mquake": _rows_flat_mquake,
     "mlake": _rows_mlake,
     "counterfact": _rows_counterfact,
     "zsre": _rows_zsre,
+}
+# formats whose reader needs the whole file first
+FILE_READERS: dict[str, Callable[[RawEditCases], RowReader]] = {
+    "rippleedits": _rippleedits_reader,
 }
 
 
@@ -290,11 +478,16 @@ def parse_edit_cases(raw: RawEditCases, relations: RelationCatalog) -> pd.DataFr
     skipped with a warning when the source sets ``skip_invalid``. Identical edits (same subject,
     prompt, old and new target) are kept once.
     """
-    if raw.format not in READERS:
+    known = {**READERS, **FILE_READERS}
+    if raw.format not in known:
         raise EditCaseError(
-            f"{raw.path}: unknown edit-case format {raw.format!r}; known: {sorted(READERS)}"
+            f"{raw.path}: unknown edit-case format {raw.format!r}; known: {sorted(known)}"
         )
-    read_rows = READERS[raw.format]
+    read_rows = (
+        FILE_READERS[raw.format](raw)
+        if raw.format in FILE_READERS
+        else READERS[raw.format]
+    )
     rows: list[dict] = []
     skipped = 0
     for index, record in enumerate(raw.records):
@@ -454,20 +647,72 @@ def _probes_zsre(raw: RawEditCases, index: int, record: dict) -> list[dict]:
     return probes
 
 
+def _ripple_answers(query: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """A query's first answer, and every other answer and alias (any one is right)."""
+    answers = [a for a in query.get("answers") or [] if isinstance(a, dict)]
+    values = [_text(a.get("value")) for a in answers]
+    names = [v for v in values if v is not None]
+    if not names:
+        return None
+    others = names[1:] + [
+        alias for a in answers for alias in _aliases(a.get("aliases"))
+    ]
+    return names[0], list(dict.fromkeys(o for o in others if o != names[0]))
+
+
+def _ripple_probes_reader(raw: RawEditCases) -> ProbeReader:
+    """RippleEdits' test queries as probes (``RIPPLE_TESTS``). They state only the
+    edited world's answer: the old one is known only where it must not change, and
+    for the edit asked through an alias of its subject."""
+    phrases = ripple_phrases(raw.records)
+
+    def read(raw: RawEditCases, index: int, record: dict) -> list[dict]:
+        where = _record_where(raw, index, record)
+        old_target = _ripple_edit(raw, record, phrases, where)[2]
+        case_id = _ripple_case_id(raw, index)
+        probes = []
+        for name, probe_type in RIPPLE_TESTS.items():
+            for test in record.get(name) or []:
+                for query in (test or {}).get("test_queries") or []:
+                    found = _ripple_answers(query)
+                    text = _text(query.get("prompt"))
+                    if found is None or text is None:
+                        continue
+                    answer, aliases = found
+                    old = {"locality": answer, "paraphrase": old_target}.get(probe_type)
+                    probes.append(
+                        _probe(
+                            case_id,
+                            probe_type,
+                            name,
+                            text,
+                            style="as_is",
+                            answers=(old, answer),
+                            aliases=(aliases if old == answer else [], aliases),
+                            hops=2 if probe_type == "multihop" else 1,
+                        )
+                    )
+        return probes
+
+    return read
+
+
 ProbeReader = Callable[[RawEditCases, int, dict], list[dict]]
-PROBE_READERS: dict[str, ProbeReader] = {
-    "mquake": _probes_mquake,
-    "counterfact": _probes_counterfact,
-    "zsre": _probes_zsre,
+PROBE_READERS: dict[str, Callable[[RawEditCases], ProbeReader]] = {
+    "mquake": lambda _raw: _probes_mquake,
+    "counterfact": lambda _raw: _probes_counterfact,
+    "zsre": lambda _raw: _probes_zsre,
+    "rippleedits": _ripple_probes_reader,
 }
 
 
 def dataset_probes(raw: RawEditCases) -> pd.DataFrame:
     """The dataset's own probes of each case (the module docstring); empty for
     formats that have none. Records the edit reader skips give none."""
-    read = PROBE_READERS.get(raw.format)
+    reader = PROBE_READERS.get(raw.format)
     rows: list[dict] = []
-    if read is not None:
+    if reader is not None:
+        read = reader(raw)
         for index, record in enumerate(raw.records):
             if not isinstance(record, dict):
                 continue

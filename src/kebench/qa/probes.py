@@ -129,7 +129,8 @@ def dataset_probe_rows(
     """The dataset's own probes (``kebench.kg.edit_cases.dataset_probes``: MQuAKE's
     multi-hop questions, CounterFact's paraphrase and neighbourhood prompts, ...) as
     probes of the cases that have edit requests. A ``question`` is put in the QA
-    format; an ``as_is`` text is scored as it is."""
+    format; an ``as_is`` text is scored as it is. Entailed ones are the dataset's
+    (``rule_id``: the test that asks them), outside kebench's rule-derived closure."""
     cases = edit_requests.set_index("case_id")
     joined = dataset_probes[dataset_probes["case_id"].isin(cases.index)].join(
         cases[["source", "risk", "subject"]], on="case_id"
@@ -151,6 +152,8 @@ def dataset_probe_rows(
             question=part["text"].where(asked[part.index]),
             answer_old=part["answer_old"],
             answer_new=part["answer_new"],
+            # a dataset's entailed probe names its test (RippleEdits' categories)
+            rule_id=part["origin"] if probe_type == "entailed" else None,
             hops=part["hops"],
         )
         for probe_type, part in joined.groupby("probe_type", sort=False)
