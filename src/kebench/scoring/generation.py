@@ -1,0 +1,151 @@
+"""Free generation of a probe's answer, and its scores (protocols ``wild``, ``bke_f1``).
+
+"The Mirage of Model Editing" (Yang et al., ACL 2025) evaluates an edited model the
+way it is used: it must *generate* the answer. kebench's version:
+
+- **Context** (``GenerationSettings.context``): the probe's question (its cloze when it
+  has none) as it is (``question``), inside a QA instruction (``instruction``, the
+  configured template with ``{question}``), or as the user turn of the model's own
+  chat template (``chat``).
+- **Greedy decoding** in left-padded batches with the KV cache, until the model's end
+  of sequence, a configured stop string (by default a newline and a full stop, as the
+  paper's repository stops), or ``max_new_tokens``. An answer cut by the cap is
+  flagged (``stop == "cap"``): it never stopped on its own.
+- **Scores**: ``wild`` is SQuAD-normalised exact match against the answer or any of its
+  aliases; ``bke_f1`` is SQuAD token F1 against the answer alone, as the paper's
+  repository reports it, so that its numbers can stand beside the paper's table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kebench.models.loading import LoadedModel
+from kebench.scoring.metrics import exact_match, token_f1
+
+CONTEXTS = ("question", "instruction", "chat")
+STOPS = ("eos", "stop_string", "cap")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How a probe's answer is generated (the module docstring)."""
+
+    context: str = "question"
+    instruction: str = "Answer the question briefly.\nQuestion: {question}\nAnswer:"
+    stop_strings: tuple[str, ...] = ("\n", ".")
+    max_new_tokens: int = 50
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.context not in CONTEXTS:
+            raise ValueError(
+                f"generation context {self.context!r}: use one of {CONTEXTS}"
+            )
+        if self.context == "instruction" and "{question}" not in self.instruction:
+            raise ValueError(
+                f"generation instruction {self.instruction!r} has no {{question}}"
+            )
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated answer: ``text`` up to its stop (without it), ``raw`` all that
+    was generated, why it ended (``STOPS``) and how many tokens it took."""
+
+    text: str
+    raw: str
+    stop: str
+    n_tokens: int
+
+
+def model_input(lm: LoadedModel, text: str, settings: GenerationSettings) -> str:
+    """What the model is given for a probe's question (or cloze) ``text``."""
+    if settings.context == "instruction":
+        return settings.instruction.format(question=text)
+    if settings.context == "chat":
+        if not getattr(lm.tokenizer, "chat_template", None):
+            raise ValueError(
+                f"model {lm.name!r} has no chat template: use generation context "
+                "'question' or 'instruction'"
+            )
+        return lm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+    return text
+
+
+def _answer(
+    tokens: list[int], tokenizer: object, settings: GenerationSettings
+) -> Generation:
+    """The answer in one row of generated tokens (what follows an end of sequence,
+    the batch's padding, dropped)."""
+    eos = tokenizer.eos_token_id
+    ended = eos in tokens
+    kept = tokens[: tokens.index(eos)] if ended else list(tokens)
+    while kept and kept[-1] == tokenizer.pad_token_id:  # a row done before the others
+        kept.pop()
+    raw = tokenizer.decode(kept, skip_special_tokens=True)
+    cuts = [raw.find(stop) for stop in settings.stop_strings if stop and stop in raw]
+    if cuts:
+        return Generation(raw[: min(cuts)].strip(), raw, "stop_string", len(kept))
+    # generation ends at the end of sequence, a stop string or the cap: neither of
+    # the first two here means the cap cut it
+    return Generation(raw.strip(), raw, "eos" if ended else "cap", len(kept))
+
+
+@torch.no_grad()
+def generate_answers(
+    lm: LoadedModel,
+    texts: Sequence[str],
+    settings: GenerationSettings,
+    prefix: str = "",
+) -> list[Generation]:
+    """Greedy answers to ``texts`` (questions or clozes), each after ``prefix`` (an
+    in-context edit's demonstrations) and in the configured context."""
+    tokenizer = lm.tokenizer
+    inputs = [prefix + model_input(lm, text, settings) for text in texts]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    answers: list[Generation] = []
+    try:
+        for start in range(0, len(inputs), settings.batch_size):
+            batch = tokenizer(
+                inputs[start : start + settings.batch_size],
+                return_tensors="pt",
+                padding=True,
+                # the chat template already holds the special tokens
+                add_special_tokens=settings.context != "chat",
+            ).to(lm.model.device)
+            generated = lm.model.generate(
+                **batch,
+                max_new_tokens=settings.max_new_tokens,
+                do_sample=False,
+                stop_strings=list(settings.stop_strings) or None,
+                tokenizer=tokenizer,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            width = batch["input_ids"].shape[1]
+            answers += [
+                _answer(row[width:].tolist(), tokenizer, settings) for row in generated
+            ]
+    finally:
+        tokenizer.padding_side = side
+    return answers
+
+
+def wild_match(text: str, answer: str, aliases: Sequence[str] = ()) -> float:
+    """``wild``: 1 when the generated answer is the answer or one of its aliases,
+    after SQuAD normalisation."""
+    return max(exact_match(text, gold) for gold in (answer, *aliases))
+
+
+def bke_f1(text: str, answer: str) -> float:
+    """``bke_f1``: SQuAD token F1 of the generated answer against the answer."""
+    return token_f1(text, answer)

@@ -1,0 +1,100 @@
+"""Free generation (protocols wild and bke_f1): batched answers, stops, the cap, scores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kebench.scoring.generation import (
+    GenerationSettings,
+    bke_f1,
+    generate_answers,
+    model_input,
+    wild_match,
+)
+
+QUESTIONS = [
+    "Who wrote Hamlet?",
+    "The capital of Japan is",
+    "What is the largest planet in the solar system?",
+]
+
+
+def greedy_by_hand(lm, text: str, n_tokens: int) -> list[int]:
+    """The oracle: argmax of a full forward pass per step, no cache, no padding."""
+    ids = lm.tokenizer(text, return_tensors="pt")["input_ids"]
+    out = []
+    with torch.no_grad():
+        for _ in range(n_tokens):
+            logits = lm.model(input_ids=ids).logits[0, -1]
+            token = int(logits.argmax())
+            out.append(token)
+            if token == lm.tokenizer.eos_token_id:
+                break
+            ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+    return out
+
+
+@pytest.mark.model
+def test_batched_answers_are_the_greedy_answers_of_each_prompt(lm):
+    settings = GenerationSettings(
+        context="instruction", stop_strings=(), max_new_tokens=12, batch_size=3
+    )
+    answers = generate_answers(lm, QUESTIONS, settings)
+    for question, answer in zip(QUESTIONS, answers, strict=True):
+        tokens = greedy_by_hand(lm, model_input(lm, question, settings), 12)
+        ended = lm.tokenizer.eos_token_id in tokens
+        kept = tokens[:-1] if ended else tokens
+        assert answer.raw == lm.tokenizer.decode(kept, skip_special_tokens=True)
+        assert answer.n_tokens == len(kept)
+        assert answer.stop == ("eos" if ended else "cap")
+
+
+@pytest.mark.model
+def test_an_answer_is_cut_at_its_first_stop_string_and_the_cap_is_flagged(lm):
+    free = generate_answers(
+        lm, QUESTIONS[:1], GenerationSettings(context="chat", stop_strings=())
+    )[0]
+    word = free.raw.split()[1]  # a stop string the free answer contains
+    cut = generate_answers(
+        lm, QUESTIONS[:1], GenerationSettings(context="chat", stop_strings=(word,))
+    )[0]
+    assert cut.stop == "stop_string"
+    assert cut.text == free.raw[: free.raw.find(word)].strip()
+    capped = generate_answers(
+        lm, QUESTIONS[:1], GenerationSettings(stop_strings=(), max_new_tokens=2)
+    )[0]
+    assert (capped.stop, capped.n_tokens) == ("cap", 2)
+
+
+@pytest.mark.model
+def test_chat_context_is_the_model_template_and_instruction_holds_the_question(lm):
+    chat = model_input(lm, "Who wrote Hamlet?", GenerationSettings(context="chat"))
+    assert "<|im_start|>user\nWho wrote Hamlet?<|im_end|>" in chat
+    assert chat.endswith("<|im_start|>assistant\n")
+    asked = GenerationSettings(context="instruction", instruction="Q: {question}\nA:")
+    assert model_input(lm, "Who?", asked) == "Q: Who?\nA:"
+    assert model_input(lm, "Who?", GenerationSettings()) == "Who?"
+
+
+def test_wild_matches_the_answer_or_an_alias_after_squad_normalisation():
+    assert wild_match("the Eiffel Tower!", "Eiffel tower") == 1.0
+    assert wild_match("NYC", "New York City") == 0.0
+    assert wild_match("NYC", "New York City", ["N.Y.C.", "NYC"]) == 1.0
+    assert wild_match("Paris, France", "Paris") == 0.0
+
+
+def test_bke_f1_is_token_f1_against_the_answer():
+    # 1 shared token; precision 1/2, recall 1: F1 = 2/3
+    assert bke_f1("Paris France", "Paris") == pytest.approx(2 / 3)
+    assert bke_f1("the", "a") == 0.0  # both normalise to nothing in common
+    assert bke_f1("William Shakespeare", "Shakespeare William") == 1.0
+
+
+def test_settings_refuse_an_unknown_context_or_an_instruction_without_question():
+    with pytest.raises(ValueError, match="generation context 'poem'"):
+        GenerationSettings(context="poem")
+    with pytest.raises(ValueError, match="has no {question}"):
+        GenerationSettings(context="instruction", instruction="Answer:")
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        GenerationSettings(max_new_tokens=0)
