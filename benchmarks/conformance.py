@@ -104,7 +104,7 @@ with contextlib.redirect_stdout(sys.stderr):
     import numpy as np
     import torch
     from editing import edit_cases
-    from model_cli import model_parser, print_result, project_model
+    from model_cli import model_parser, print_result
     from safetensors.torch import load_file, save_file
 
     from kebench.datasets.atomic import atomic_path
@@ -125,7 +125,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.rewrite import context_templates, flatten
     from kebench.editing.stats import sample_texts, second_moments
     from kebench.models.loading import LoadedModel
-    from kebench.project import PROJECT_ROOT, load_config
+    from kebench.project import PROJECT_ROOT, load_config, project_model
     from kebench.qa.probes import case_paraphrases, edit_probes
     from kebench.scoring.logprobs import answer_text, score_answers
 

@@ -37,7 +37,7 @@ from pathlib import Path
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
     from editing import N_PROBES, edit_requests
-    from model_cli import model_parser, print_result, project_model
+    from model_cli import model_parser, print_result
 
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import agreement, delta_applied
@@ -53,7 +53,7 @@ with contextlib.redirect_stdout(sys.stderr):
         second_moments,
         stats_folder,
     )
-    from kebench.project import PROJECT_ROOT, load_config
+    from kebench.project import PROJECT_ROOT, load_config, project_model
     from kebench.scoring.logprobs import score_answers
 
 logger = logging.getLogger("benchmarks.covariance")

@@ -41,7 +41,7 @@ from pathlib import Path
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
     import pandas as pd
-    from model_cli import model_parser, print_result, project_model
+    from model_cli import model_parser, print_result
 
     from kebench.datasets.edit_cases_dataset import EditCasesDataset
     from kebench.editing.datasets import EditHparamsDataset
@@ -52,7 +52,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.registry import get_method, method_names
     from kebench.editing.requests import requests_from_frame
     from kebench.kg.edit_cases import RelationCatalog, parse_edit_cases
-    from kebench.project import PROJECT_ROOT, load_config, run_pipeline
+    from kebench.project import PROJECT_ROOT, load_config, project_model, run_pipeline
 
 logger = logging.getLogger("benchmarks.editing")
 METHODS = "ROME+MEMIT+FT-L+FT-M+KN+IKE"

@@ -14,9 +14,7 @@ from typing import Any
 
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
-    from kebench.models.loading import LoadedModel, load_model
-    from kebench.models.registry import resolve_model
-    from kebench.project import PROJECT_ROOT
+    pass
 
 
 def model_parser(doc: str) -> argparse.ArgumentParser:
@@ -25,14 +23,6 @@ def model_parser(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--dataset", default="demo")
     parser.add_argument("--model", default="smollm2-135m")
     return parser
-
-
-def project_model(name: str, config) -> LoadedModel:
-    """The model ``name`` (a registry name, a hub id or a folder), as a pipeline run
-    loads it: a shipped GGUF is converted once under data/06_models/<model key>."""
-    entry = config["catalog"]["model"]
-    spec = resolve_model(name, entry["registry"], entry.get("defaults"))
-    return load_model(spec, PROJECT_ROOT / "data" / "06_models" / spec.name)
 
 
 @contextlib.contextmanager

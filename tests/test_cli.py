@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
+import openai
 import pyoxigraph as ox
+import pytest
 from click.testing import CliRunner
 
 from kebench.cli import cli
@@ -54,3 +60,36 @@ def test_edits_prints_requests_and_probes_or_the_error(tmp_path):
     assert "broken.json: record #0 ('Ada Lovelace'): missing or empty field 'src'" in (
         result.output
     )
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_serve_llm_answers_chat_completions_until_stopped():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "kebench", "serve-llm", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        # Kedro's logging shares stdout: read on to the endpoint's line (or the end)
+        line = ""
+        for line in server.stdout:
+            if line.startswith("chat endpoint:"):
+                break
+        assert line.startswith(f"chat endpoint: http://127.0.0.1:{port}/v1"), line
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0
+        )
+        reply = client.chat.completions.create(
+            model="smollm2-135m",
+            messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=4,
+        )
+        assert isinstance(reply.choices[0].message.content, str)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)

@@ -77,6 +77,35 @@ def serve_kg(files: tuple[str, ...], location: str, port: int) -> None:
             click.echo("stopped")
 
 
+@cli.command("serve-llm")
+@click.option(
+    "--model",
+    default="smollm2-135m",
+    show_default=True,
+    help="A registry name, a Hugging Face id or a checkpoint folder, as --params model=.",
+)
+@click.option("--port", type=int, default=8000, show_default=True)
+def serve_llm(model: str, port: int) -> None:
+    """Serve a model as an OpenAI-compatible chat endpoint on 127.0.0.1, offline.
+
+    For the LLM question writer and the judge: `kedro run --params
+    judge_url=http://127.0.0.1:PORT/v1,evaluation.judge.enabled=true`. For real work,
+    point them at vLLM, a llama.cpp server or a hosted API instead.
+    """
+    import threading  # noqa: PLC0415
+
+    from kebench.project import load_config, project_model  # noqa: PLC0415
+    from kebench.qa.chat_server import ChatModel, serve_chat  # noqa: PLC0415
+
+    lm = project_model(model, load_config({"model": model}))
+    with serve_chat(ChatModel(lm.model, lm.tokenizer, model), port=port) as (url, _):
+        click.echo(f"chat endpoint: {url} (Ctrl-C stops it)")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            click.echo("stopped")
+
+
 @cli.command("mine-rules")
 @click.argument("kb_path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--mins", type=int, help="Support threshold (AMIE -mins). Default 1.")

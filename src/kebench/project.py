@@ -15,6 +15,8 @@ from kedro.framework.startup import bootstrap_project
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
+from kebench.models.loading import LoadedModel, load_model
+from kebench.models.registry import resolve_model
 from kebench.settings import CONFIG_LOADER_ARGS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,14 @@ def load_config(
         runtime_params=runtime_params,
         **CONFIG_LOADER_ARGS,
     )
+
+
+def project_model(name: str, config: OmegaConfigLoader) -> LoadedModel:
+    """The model ``name`` (a registry name, a hub id or a folder), as a pipeline run
+    loads it: a shipped GGUF is converted once under data/06_models/<model key>."""
+    entry = config["catalog"]["model"]
+    spec = resolve_model(name, entry["registry"], entry.get("defaults"))
+    return load_model(spec, PROJECT_ROOT / "data" / "06_models" / spec.name)
 
 
 def _relocate(
@@ -96,9 +106,12 @@ def _resolve_source_paths(
 
     resolved = {}
     for name, spec in sources.items():
+        filepath = spec["edit_cases"]["filepath"]
         edit_cases = {
             **spec["edit_cases"],
-            "filepath": absolute(spec["edit_cases"]["filepath"]),
+            "filepath": absolute(filepath)
+            if isinstance(filepath, str)
+            else [absolute(f) for f in filepath],
         }
         kg = dict(spec["kg"])
         if "files" in kg:

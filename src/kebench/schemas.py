@@ -195,6 +195,10 @@ PROBES = pa.DataFrameSchema(
         # unknown (an unlinked subject, a multi-hop question, an injected claim).
         "fact_subject_uri": pa.Column(str, nullable=True),
         "fact_relation": pa.Column(str, nullable=True),
+        # other spellings of each answer (a JSON list; the dataset's, e.g. MQuAKE's
+        # answer_alias): a generated answer that is one of them is right (``wild``)
+        "aliases_old": pa.Column(str, nullable=True),
+        "aliases_new": pa.Column(str, nullable=True),
     },
     checks=[
         pa.Check(
@@ -314,6 +318,9 @@ EDIT_DELTAS = pa.DataFrameSchema(
     name="edit_deltas",
 )
 
+# why a free generation ended (kebench.scoring.generation)
+GENERATION_STOPS = ("eos", "stop_string", "cap")
+
 PROBE_SCORES = pa.DataFrameSchema(
     {
         "model": pa.Column(str),
@@ -339,11 +346,70 @@ PROBE_SCORES = pa.DataFrameSchema(
         # greedy generation vs the new answer, for the configured probe types only
         "gen_em": pa.Column(float, nullable=True),
         "gen_f1": pa.Column(float, nullable=True),
+        # free generation (kebench.scoring.generation), for the configured probe types:
+        # the base and edited model's answers, why the edited one ended (eos,
+        # stop_string, cap: it never stopped) and its tokens; wild (exact match
+        # against the answer or an alias; locality: the base model's answer kept) and
+        # bke_f1 (token F1 against the answer; locality: against the base answer)
+        "base_wild_text": pa.Column(str, nullable=True),
+        "edit_wild_text": pa.Column(str, nullable=True),
+        "edit_wild_stop": pa.Column(
+            str, pa.Check.isin(GENERATION_STOPS), nullable=True
+        ),
+        "edit_wild_tokens": pa.Column(float, nullable=True),
+        "wild_em": pa.Column(float, nullable=True),
+        "bke_f1": pa.Column(float, nullable=True),
     },
     unique=["model", "method", "probe_id"],
     strict=True,
     coerce=True,
     name="probe_scores",
+)
+
+# Every free generation of a run, per probe (``wild``): what the model was asked, the
+# answer it should give (a locality probe: the base model's own answer), what it said.
+GENERATIONS = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),
+        "case_id": pa.Column(str),
+        "probe_id": pa.Column(str),
+        "probe_type": pa.Column(str, pa.Check.isin(PROBE_TYPES)),
+        "prompt": pa.Column(str),
+        "question": pa.Column(str, nullable=True),
+        "expected": pa.Column(str, nullable=True),
+        "generation": pa.Column(str),
+        "stop": pa.Column(str, pa.Check.isin(GENERATION_STOPS)),
+        "n_tokens": pa.Column(int, pa.Check.ge(0)),
+        "wild_em": pa.Column(float),
+        "bke_f1": pa.Column(float),
+    },
+    unique=["model", "method", "probe_id"],
+    strict=True,
+    coerce=True,
+    name="generations",
+)
+
+# The LLM judge's verdict on each generation (kebench.scoring.judge): 1 correct, 0
+# incorrect, null unjudged (``reason`` says why: the endpoint failed or gave garbage).
+JUDGEMENTS = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),
+        "probe_id": pa.Column(str),
+        "judge": pa.Column(float, pa.Check.isin([0.0, 1.0]), nullable=True),
+        "reason": pa.Column(str, nullable=True),
+    },
+    checks=[
+        pa.Check(
+            lambda df: df["judge"].isna() == df["reason"].notna(),
+            error="an unjudged generation has a reason, a judged one none",
+        )
+    ],
+    unique=["model", "method", "probe_id"],
+    strict=True,
+    coerce=True,
+    name="judgements",
 )
 
 # ok_edits: over the edits that succeeded; itt (intention to treat): a failed edit
@@ -357,7 +423,23 @@ METRICS = pa.DataFrameSchema(
         "risk": pa.Column(str),
         "probe_type": pa.Column(str),
         "metric": pa.Column(str),
-        "protocol": pa.Column(str, pa.Check.isin(["prob", "token", "argmax", "gen"])),
+        # token_vs_wild: the protocol gap, teacher-forced token accuracy minus wild
+        "protocol": pa.Column(
+            str,
+            pa.Check.isin(
+                [
+                    "prob",
+                    "token",
+                    "argmax",
+                    "gen",
+                    "wild",
+                    "bke_f1",
+                    "judge",
+                    "token_vs_wild",
+                    "token_vs_judge",
+                ]
+            ),
+        ),
         "population": pa.Column(str, pa.Check.isin(POPULATIONS)),
         "value": pa.Column(float),
         "ci_low": pa.Column(float, nullable=True),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kebench.scoring.evaluate import score_pass
+from kebench.scoring.evaluate import ScoringSettings, score_pass
+from kebench.scoring.generation import GenerationSettings, generate_answers
 
 
 def probes(answer_old: str | None, answer_new: str) -> pd.DataFrame:
@@ -40,3 +41,21 @@ def test_an_answer_past_the_context_is_refused_naming_its_probe(lm):
     too_long = " and" * lm.model.config.max_position_embeddings
     with pytest.raises(ValueError, match="probe 'p-bad' cannot be scored.*context"):
         score_pass(lm, probes(too_long, "Kenya"))
+
+
+@pytest.mark.model
+def test_a_free_generation_is_scored_only_for_the_configured_types(lm):
+    """The wild columns hold the answer ``generate_answers`` gives the same prompt
+    after the in-context prefix; other probe types get none."""
+    asked = probes("Paris", "Lyon").assign(
+        probe_type=["direct", "locality"], question=[None, None]
+    )
+    wild = GenerationSettings(max_new_tokens=6)
+    settings = ScoringSettings(wild=wild, wild_types=("direct",))
+    scores = score_pass(lm, asked, "Answer in one word. ", settings)
+    (expected,) = generate_answers(
+        lm, ["The capital of France is"], wild, "Answer in one word. "
+    )
+    assert scores["wild_text"].tolist()[0] == expected.text
+    assert scores["wild_stop"].tolist()[0] == expected.stop
+    assert pd.isna(scores["wild_text"].tolist()[1])

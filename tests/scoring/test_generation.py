@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import pandas as pd
 import pytest
 import torch
 
@@ -9,8 +12,10 @@ from kebench.scoring.generation import (
     GenerationSettings,
     bke_f1,
     generate_answers,
+    generation_table,
     model_input,
     wild_match,
+    wild_scores,
 )
 
 QUESTIONS = [
@@ -74,7 +79,7 @@ def test_chat_context_is_the_model_template_and_instruction_holds_the_question(l
     assert chat.endswith("<|im_start|>assistant\n")
     asked = GenerationSettings(context="instruction", instruction="Q: {question}\nA:")
     assert model_input(lm, "Who?", asked) == "Q: Who?\nA:"
-    assert model_input(lm, "Who?", GenerationSettings()) == "Who?"
+    assert model_input(lm, "Q: Who?\nA:", GenerationSettings()) == "Q: Who?\nA:"
 
 
 def test_wild_matches_the_answer_or_an_alias_after_squad_normalisation():
@@ -98,3 +103,55 @@ def test_settings_refuse_an_unknown_context_or_an_instruction_without_question()
         GenerationSettings(context="instruction", instruction="Answer:")
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         GenerationSettings(max_new_tokens=0)
+
+
+def test_wild_scores_use_aliases_and_compare_locality_with_the_base_answer():
+    probes = pd.DataFrame(
+        {
+            "probe_type": ["direct", "multihop", "locality", "paraphrase"],
+            "answer_new": ["Dublin", "Tokyo", "Oakland", "Dublin"],
+            "aliases_new": [None, json.dumps(["Tokyo Metropolis"]), None, None],
+        },
+        index=["p1", "p2", "p3", "p4"],
+    )
+    base = pd.Series(["Scranton", "London", "Oakland, CA", None], index=probes.index)
+    edit = pd.Series(
+        ["dublin", "Tokyo Metropolis", "Oakland", None], index=probes.index
+    )
+    scores = wild_scores(probes, base, edit)
+    assert scores["wild_em"].tolist()[:3] == [1.0, 1.0, 0.0]
+    # F1 is against the answer alone: "tokyo metropolis" vs "tokyo" is 2/3
+    assert scores["bke_f1"].tolist()[:3] == pytest.approx([1.0, 2 / 3, 2 / 3])
+    # a probe without a generation has no score
+    assert scores.loc["p4"].isna().all()
+
+
+def test_generation_table_keeps_each_answer_with_what_was_expected():
+    probes = pd.DataFrame(
+        {
+            "probe_id": ["c/direct/0", "c/locality/0"],
+            "prompt": ["Joe Biden was born in", "Kamala Harris was born in"],
+            "question": [None, None],
+            "answer_new": ["Dublin", "Oakland"],
+        }
+    )
+    scores = pd.DataFrame(
+        {
+            "model": "m",
+            "method": "ROME",
+            "case_id": "c",
+            "probe_id": ["c/direct/0", "c/locality/0"],
+            "probe_type": ["direct", "locality"],
+            "base_wild_text": ["Scranton", "Oakland"],
+            "edit_wild_text": ["Dublin", "Oakland"],
+            "edit_wild_stop": ["stop_string", "cap"],
+            "edit_wild_tokens": [2.0, 50.0],
+            "wild_em": [1.0, 1.0],
+            "bke_f1": [1.0, 1.0],
+        }
+    )
+    table = generation_table(scores, probes)
+    assert table["expected"].tolist() == ["Dublin", "Oakland"]
+    assert table["stop"].tolist() == ["stop_string", "cap"]
+    assert table["n_tokens"].tolist() == [2, 50]
+    assert table["prompt"].tolist()[0] == "Joe Biden was born in"

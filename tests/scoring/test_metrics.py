@@ -173,3 +173,57 @@ def test_squad_normalisation():
     assert exact_match("The Eiffel Tower.", "eiffel tower") == 1.0
     assert token_f1("Paris, France", "Paris") == pytest.approx(2 / 3)
     assert token_f1("", "Paris") == 0.0
+
+
+def test_protocol_gap_is_token_accuracy_minus_wild_paired_per_probe(outcomes):
+    """Hand-worked: direct probes have token accuracy 0.5 each; WILD gets c1 and c2
+    right and c3 wrong, so WILD EM is 2/3 and the gap 0.5 - 2/3 = -1/6; the locality
+    probes keep the base answer on c1 only (1/2)."""
+    wild = {("c1", "direct"): 1.0, ("c2", "direct"): 1.0, ("c3", "direct"): 0.0}
+    local = {"c1": 1.0, "c3": 0.0}
+    scored = outcomes.assign(
+        wild_em=[
+            wild.get((c, t), local.get(c) if t == "locality" else np.nan)
+            for c, t in zip(outcomes["case_id"], outcomes["probe_type"], strict=True)
+        ],
+        bke_f1=np.nan,
+    )
+    table = metrics_table(scored).query("population == 'ok_edits'")
+
+    def value(metric, protocol, probe_type):
+        row = table[
+            (table["metric"] == metric)
+            & (table["protocol"] == protocol)
+            & (table["probe_type"] == probe_type)
+        ]
+        assert len(row) == 1, (metric, protocol, probe_type)
+        return row.iloc[0]
+
+    assert value("wild_em", "wild", "direct")["value"] == pytest.approx(2 / 3)
+    gap = value("protocol_gap", "token_vs_wild", "direct")
+    assert gap["value"] == pytest.approx(0.5 - 2 / 3)
+    assert (gap["n"], gap["n_edits"]) == (3, 3)
+    assert gap["ci_low"] <= gap["value"] <= gap["ci_high"]
+    assert value("wild_locality", "wild", "locality")["value"] == pytest.approx(0.5)
+    # the entailed probes have no generation: no wild number for them
+    assert not (
+        (table["protocol"] == "wild") & (table["probe_type"] == "entailed")
+    ).any()
+
+
+def test_a_failed_edit_counts_as_a_wrong_generation_in_itt():
+    probes = pd.DataFrame(
+        {
+            "case_id": ["c9", "c9"],
+            "probe_id": ["c9/direct/0", "c9/locality/0"],
+            "probe_type": ["direct", "locality"],
+            "risk": "counterfactual",
+            "source": "demo",
+            "answer_old": ["A", "B"],
+        }
+    )
+    failed = pd.DataFrame({"model": ["m"], "method": ["ROME"], "case_id": ["c9"]})
+    rows = failed_outcomes(probes, failed, wild_types=["direct"])
+    assert rows[["probe_id", "wild_em", "bke_f1"]].to_dict("records") == [
+        {"probe_id": "c9/direct/0", "wild_em": 0.0, "bke_f1": 0.0}
+    ]

@@ -18,8 +18,10 @@ import logging
 import re
 import time
 import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -56,6 +58,17 @@ class LlmSettings:
     max_attempts: int = 3
     backoff_s: float = 1.0
 
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> LlmSettings:
+        """From a parameters block with these keys (others, e.g. the prompt, ignored)."""
+        return cls(
+            model=params["model"],
+            max_tokens=int(params["max_tokens"]),
+            temperature=float(params["temperature"]),
+            max_attempts=int(params["max_attempts"]),
+            backoff_s=float(params["backoff_s"]),
+        )
+
 
 class ResponseCache:
     """Completions on disk, one JSON file per request hash, written atomically."""
@@ -85,24 +98,24 @@ class LlmError(RuntimeError):
     """The endpoint gave no usable completion within the allowed attempts."""
 
 
-class LlmQuestionWriter:
-    """Writes and validates one question per consequence."""
+class CachedChat:
+    """Completions of one model behind an OpenAI-compatible endpoint: from the disk
+    cache, else asked with bounded retries and backoff (the module docstring)."""
 
     def __init__(
-        self,
-        client: openai.OpenAI,
-        settings: LlmSettings,
-        cache: ResponseCache,
-        prompt: str,
+        self, client: openai.OpenAI, settings: LlmSettings, cache: ResponseCache
     ) -> None:
         self.client = client
         self.settings = settings
         self.cache = cache
-        self.prompt = prompt
         self.requests_sent = 0
 
-    def complete(self, prompt: str) -> str:
-        """The completion of ``prompt``, from the cache or the endpoint."""
+    def complete(
+        self, prompt: str, parse: Callable[[str], object] | None = None
+    ) -> str:
+        """The completion of ``prompt``. ``parse`` raises ``ValueError`` on a reply it
+        cannot use (garbage): that reply is retried like a transport failure, and
+        never cached."""
         request = {
             "model": self.settings.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -123,6 +136,8 @@ class LlmQuestionWriter:
                 content = response.choices[0].message.content
                 if not isinstance(content, str):
                     raise ValueError("the completion has no message content")
+                if parse is not None:
+                    parse(content)
             # A body that is not a chat completion surfaces as a missing attribute,
             # index or type, depending on how it is malformed.
             except (
@@ -151,6 +166,24 @@ class LlmQuestionWriter:
             f"{type(last_error).__name__}: {last_error}"
         )
 
+
+class LlmQuestionWriter:
+    """Writes and validates one question per consequence."""
+
+    def __init__(
+        self,
+        client: openai.OpenAI,
+        settings: LlmSettings,
+        cache: ResponseCache,
+        prompt: str,
+    ) -> None:
+        self.chat = CachedChat(client, settings, cache)
+        self.prompt = prompt
+
+    @property
+    def requests_sent(self) -> int:
+        return self.chat.requests_sent
+
     def write(
         self, rules: list[str], facts: list[list[str]], answer: str
     ) -> tuple[str | None, str | None]:
@@ -160,7 +193,7 @@ class LlmQuestionWriter:
             facts="\n".join(f"({s}, {r}, {o})" for s, r, o in facts),
         )
         try:
-            content = self.complete(prompt)
+            content = self.chat.complete(prompt)
         except LlmError as err:
             return None, str(err)
         question, given = _QUESTION.search(content), _ANSWER.search(content)

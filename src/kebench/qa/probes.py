@@ -152,6 +152,8 @@ def dataset_probe_rows(
             question=part["text"].where(asked[part.index]),
             answer_old=part["answer_old"],
             answer_new=part["answer_new"],
+            aliases_old=part["aliases_old"],
+            aliases_new=part["aliases_new"],
             # a dataset's entailed probe names its test (RippleEdits' categories)
             rule_id=part["origin"] if probe_type == "entailed" else None,
             hops=part["hops"],

@@ -28,6 +28,11 @@ from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.qa.probes import FACT_KEY, fact_keys
 from kebench.schemas import PROBE_SCORES
+from kebench.scoring.generation import (
+    GenerationSettings,
+    generate_answers,
+    wild_scores,
+)
 from kebench.scoring.logprobs import ContextOverflowError, score_answers
 from kebench.scoring.metrics import exact_match, token_f1
 
@@ -44,12 +49,16 @@ PASS_COLUMNS = [
 
 @dataclass(frozen=True)
 class ScoringSettings:
-    """How probes are scored: batch size, and which probe types also get a greedy
-    generation (EM/F1 against the new answer) of at most ``max_new_tokens``."""
+    """How probes are scored: batch size; which probe types also get a greedy
+    generation (EM/F1 against the new answer) of at most ``max_new_tokens`` (protocol
+    ``gen``); which get a free generation (``wild``, ``bke_f1``: ``wild_types``, as
+    ``wild`` says)."""
 
     batch_size: int = 16
     generate_types: tuple[str, ...] = ()
     max_new_tokens: int = 8
+    wild: GenerationSettings | None = None
+    wild_types: tuple[str, ...] = ()
 
 
 def score_pass(
@@ -127,6 +136,19 @@ def score_pass(
         scores.loc[generate, "gen_f1"] = [
             token_f1(t, a) for t, a in zip(texts, answers, strict=True)
         ]
+    asked = probes["probe_type"].isin(settings.wild_types).to_numpy()
+    if settings.wild is not None and asked.any():
+        chosen = probes[asked]
+        # the prompt context asks the scored prompt; the others the question
+        texts = (
+            chosen["prompt"]
+            if settings.wild.context == "prompt"
+            else chosen["question"].fillna(chosen["prompt"])
+        )
+        answers = generate_answers(lm, list(texts), settings.wild, prefix)
+        scores.loc[asked, "wild_text"] = [a.text for a in answers]
+        scores.loc[asked, "wild_stop"] = [a.stop for a in answers]
+        scores.loc[asked, "wild_tokens"] = [float(a.n_tokens) for a in answers]
     return scores
 
 
@@ -242,9 +264,18 @@ def probe_score_rows(
         gen_em=edited.get("gen_em"),
         gen_f1=edited.get("gen_f1"),
     )
-    return PROBE_SCORES.validate(
-        rows[list(PROBE_SCORES.columns)].reset_index(drop=True)
-    )
+    if "wild_text" in edited:
+        base_texts = base.loc[index].get("wild_text", pd.Series(None, index=index))
+        rows = rows.assign(
+            base_wild_text=base_texts,
+            edit_wild_text=edited["wild_text"],
+            edit_wild_stop=edited["wild_stop"],
+            edit_wild_tokens=edited["wild_tokens"],
+            **wild_scores(probes.loc[index], base_texts, edited["wild_text"]),
+        )
+    # columns of protocols not run stay empty
+    columns = list(PROBE_SCORES.columns)
+    return PROBE_SCORES.validate(rows.reindex(columns=columns).reset_index(drop=True))
 
 
 def delta_groups(

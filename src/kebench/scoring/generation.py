@@ -3,10 +3,11 @@
 "The Mirage of Model Editing" (Yang et al., ACL 2025) evaluates an edited model the
 way it is used: it must *generate* the answer. kebench's version:
 
-- **Context** (``GenerationSettings.context``): the probe's question (its cloze when it
-  has none) as it is (``question``), inside a QA instruction (``instruction``, the
-  configured template with ``{question}``), or as the user turn of the model's own
-  chat template (``chat``).
+- **Context** (``GenerationSettings.context``): the probe's own prompt, the text teacher
+  forcing scores (``prompt``: a cloze, or the question in the QA format), so that the
+  two protocols ask the same thing; or the probe's question (its cloze when it has
+  none) inside a QA instruction (``instruction``, the configured template with
+  ``{question}``) or as the user turn of the model's own chat template (``chat``).
 - **Greedy decoding** in left-padded batches with the KV cache, until the model's end
   of sequence, a configured stop string (by default a newline and a full stop, as the
   paper's repository stops), or ``max_new_tokens``. An answer cut by the cap is
@@ -18,23 +19,25 @@ way it is used: it must *generate* the answer. kebench's version:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 
 from kebench.models.loading import LoadedModel
+from kebench.schemas import GENERATIONS
 from kebench.scoring.metrics import exact_match, token_f1
 
-CONTEXTS = ("question", "instruction", "chat")
-STOPS = ("eos", "stop_string", "cap")
+CONTEXTS = ("prompt", "instruction", "chat")
 
 
 @dataclass(frozen=True)
 class GenerationSettings:
     """How a probe's answer is generated (the module docstring)."""
 
-    context: str = "question"
+    context: str = "prompt"
     instruction: str = "Answer the question briefly.\nQuestion: {question}\nAnswer:"
     stop_strings: tuple[str, ...] = ("\n", ".")
     max_new_tokens: int = 50
@@ -56,7 +59,7 @@ class GenerationSettings:
 @dataclass(frozen=True)
 class Generation:
     """One generated answer: ``text`` up to its stop (without it), ``raw`` all that
-    was generated, why it ended (``STOPS``) and how many tokens it took."""
+    was generated, why it ended (``GENERATION_STOPS``) and how many tokens it took."""
 
     text: str
     raw: str
@@ -65,7 +68,8 @@ class Generation:
 
 
 def model_input(lm: LoadedModel, text: str, settings: GenerationSettings) -> str:
-    """What the model is given for a probe's question (or cloze) ``text``."""
+    """What the model is given for ``text``: the probe's prompt (context ``prompt``)
+    or its question (the others)."""
     if settings.context == "instruction":
         return settings.instruction.format(question=text)
     if settings.context == "chat":
@@ -108,7 +112,7 @@ def generate_answers(
     settings: GenerationSettings,
     prefix: str = "",
 ) -> list[Generation]:
-    """Greedy answers to ``texts`` (questions or clozes), each after ``prefix`` (an
+    """Greedy answers to ``texts`` (``model_input``'s), each after ``prefix`` (an
     in-context edit's demonstrations) and in the configured context."""
     tokenizer = lm.tokenizer
     inputs = [prefix + model_input(lm, text, settings) for text in texts]
@@ -149,3 +153,49 @@ def wild_match(text: str, answer: str, aliases: Sequence[str] = ()) -> float:
 def bke_f1(text: str, answer: str) -> float:
     """``bke_f1``: SQuAD token F1 of the generated answer against the answer."""
     return token_f1(text, answer)
+
+
+def _aliases(value: object) -> list[str]:
+    return json.loads(value) if isinstance(value, str) else []
+
+
+def wild_scores(
+    probes: pd.DataFrame, base_texts: pd.Series, edit_texts: pd.Series
+) -> pd.DataFrame:
+    """``wild_em`` and ``bke_f1`` of each probe's edited answer (NaN where it has none).
+
+    A probe is right when the edited model's answer is its new answer or an alias
+    (``wild_match``; F1 against the new answer). A locality probe asks whether the
+    edit left the answer alone: the edited model's answer against the base model's.
+    All three are indexed alike.
+    """
+    rows = []
+    for probe, base, edit in zip(
+        probes.to_dict("records"), base_texts, edit_texts, strict=True
+    ):
+        if not isinstance(edit, str):
+            rows.append((float("nan"), float("nan")))
+        elif probe["probe_type"] == "locality":
+            kept = base if isinstance(base, str) else ""
+            rows.append((exact_match(edit, kept), token_f1(edit, kept)))
+        else:
+            answer = probe["answer_new"]
+            aliases = _aliases(probe.get("aliases_new"))
+            rows.append((wild_match(edit, answer, aliases), bke_f1(edit, answer)))
+    return pd.DataFrame(rows, index=probes.index, columns=["wild_em", "bke_f1"])
+
+
+def generation_table(probe_scores: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
+    """``generations``: every edited (and unedited) model's free answer per probe, with
+    the probe's prompt and question and the answer expected of it."""
+    done = probe_scores.dropna(subset=["edit_wild_text"])
+    asked = probes.set_index("probe_id")[["prompt", "question", "answer_new"]]
+    table = done.join(asked, on="probe_id")
+    local = table["probe_type"] == "locality"
+    table = table.assign(
+        expected=table["answer_new"].where(~local, table["base_wild_text"]),
+        generation=table["edit_wild_text"],
+        stop=table["edit_wild_stop"],
+        n_tokens=table["edit_wild_tokens"].astype(int),
+    )
+    return GENERATIONS.validate(table[list(GENERATIONS.columns)].reset_index(drop=True))

@@ -14,6 +14,12 @@ Protocols, never mixed in one number:
     token: teacher-forced token accuracy (EasyEdit's "rewrite acc").
     argmax: agreement of the argmax before and after the edit (locality).
     gen: exact match / F1 of greedy generations (SQuAD normalisation).
+    wild: exact match of a free generation against the answer or an alias
+        (``kebench.scoring.generation``); locality: the base model's answer kept.
+    bke_f1: token F1 of the same generation against the answer.
+    judge: an LLM judge's verdict on the same generation (``kebench.scoring.judge``).
+    token_vs_wild, token_vs_judge: the protocol gaps, token accuracy minus wild (or
+        the judge), paired per probe.
 """
 
 from __future__ import annotations
@@ -163,16 +169,36 @@ def gap_rows(outcomes: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> list[
     return rows
 
 
+def protocol_gap_rows(
+    outcomes: pd.DataFrame,
+    seed: int = 0,
+    generated: str = "wild_em",
+    tags: tuple[str, str] = ("protocol_gap", "token_vs_wild"),
+) -> list[dict]:
+    """The protocol gap per (model, method, risk, probe_type): teacher-forced token
+    accuracy minus a generated answer's score (``generated``: ``wild_em``, or the
+    judge's), paired on the probes that have both, with a bootstrap CI over edits
+    (``cluster_bootstrap_ci``); ``tags`` are its metric name and protocol."""
+    both = outcomes.dropna(subset=["token_acc", generated])
+    gaps = both.assign(
+        gap=both["token_acc"].astype(float) - both[generated].astype(float)
+    )
+    return _metric_rows(gaps, "gap", *tags, seed)
+
+
 def failed_outcomes(
     probes: pd.DataFrame,
     failed_edits: pd.DataFrame,
     generate_types: Sequence[str] = (),
+    wild_types: Sequence[str] = (),
+    judged: bool = False,
 ) -> pd.DataFrame:
     """``probe_outcomes`` rows that count each failed edit's probes as failures.
 
     The intention-to-treat form: an edit was asked for and did not happen, so every
     success indicator of its probes is 0 (EditSucc and efficacy where the probe has an
-    old answer, as for a stored edit; EM/F1 for the generated ``generate_types``).
+    old answer, as for a stored edit; EM/F1 for the generated ``generate_types``; the
+    free-generation scores for ``wild_types``, and the judge's when ``judged``).
     Locality probes are left out: a failed edit leaves the model as it was, so its
     locality says nothing about the method and would only flatter it.
 
@@ -187,12 +213,16 @@ def failed_outcomes(
     has_old = rows.pop("answer_old").notna()
     zero = pd.Series(0.0, index=rows.index)
     generated = rows["probe_type"].isin(list(generate_types))
+    free = rows["probe_type"].isin(list(wild_types))
     return rows.assign(
         edit_succ=zero.where(has_old),
         efficacy=zero.where(has_old),
         token_acc=zero,
         gen_em=zero.where(generated),
         gen_f1=zero.where(generated),
+        wild_em=zero.where(free),
+        bke_f1=zero.where(free),
+        **({"judge": zero.where(free)} if judged else {}),
     )
 
 
@@ -240,6 +270,22 @@ def _population_rows(
     if "gen_em" in outcomes:
         rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
         rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
+    if "wild_em" in outcomes:
+        # names of their own: a metric's MLflow key has no protocol in it
+        rows += _metric_rows(scored, "wild_em", "wild_em", "wild", seed)
+        rows += _metric_rows(scored, "bke_f1", "bke_f1", "bke_f1", seed)
+        rows += protocol_gap_rows(scored, seed)
+        if locality:
+            local = outcomes[outcomes["probe_type"] == "locality"]
+            rows += _metric_rows(local, "wild_em", "wild_locality", "wild", seed)
+    if "judge" in outcomes:
+        rows += _metric_rows(scored, "judge", "judge_correct", "judge", seed)
+        rows += protocol_gap_rows(
+            scored, seed, "judge", ("judge_gap", "token_vs_judge")
+        )
+        if locality:
+            local = outcomes[outcomes["probe_type"] == "locality"]
+            rows += _metric_rows(local, "judge", "judge_locality", "judge", seed)
     rows += gap_rows(outcomes, seed)
     if known is not None:
         rows += known_premise_rows(outcomes, known, seed)

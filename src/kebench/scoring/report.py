@@ -18,6 +18,9 @@ HEADLINE = [
 ]
 
 
+# the headline's numbers are teacher-forced (the generated ones: ``protocol_table``)
+HEADLINE_PROTOCOLS = ("prob", "argmax")
+
 POPULATION_TEXT = {
     "itt": "intention to treat: every requested edit, a failed edit counting as a "
     "failure of each of its probes",
@@ -41,11 +44,69 @@ def headline_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
             (metrics["probe_type"] == probe_type)
             & (metrics["metric"] == metric)
             & (metrics["population"] == form)
+            & metrics["protocol"].isin(HEADLINE_PROTOCOLS)
         ]
         part = part.set_index(keys)[["value", "ci_low", "ci_high", "n"]]
         part.columns = [f"{label} {c}" if c != "value" else label for c in part.columns]
         table = part if table is None else table.join(part, how="outer")
     return table.reset_index().assign(population=population)
+
+
+# The protocol table: one probe type's answer, teacher-forced and generated.
+PROTOCOLS = [
+    ("token_accuracy", "token", "Token acc. (teacher-forced)"),
+    ("wild_em", "wild", "WILD EM (generated)"),
+    ("bke_f1", "bke_f1", "BKE F1 (generated)"),
+    ("protocol_gap", "token_vs_wild", "Gap (token − WILD)"),
+    ("judge_correct", "judge", "Judge (generated)"),
+    ("judge_gap", "token_vs_judge", "Gap (token − judge)"),
+]
+LOCALITY_FORMS = {"locality", "wild_locality", "judge_locality"}
+PROTOCOL_ORDER = ["direct", "paraphrase", "entailed", "multihop", "locality"]
+
+
+def protocol_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
+    """Per (model, method, risk, probe_type): token accuracy, WILD exact match, BKE F1,
+    the judge's verdict and the gaps, with CIs and n, in one population (locality: its
+    ``argmax``, ``wild`` and ``judge`` forms, always ``ok_edits``). Empty when no free
+    generation was scored."""
+    keys = ["model", "method", "risk", "probe_type"]
+    wanted = PROTOCOLS + [
+        ("locality", "argmax", "Token acc. (teacher-forced)"),
+        ("wild_locality", "wild", "WILD EM (generated)"),
+        ("judge_locality", "judge", "Judge (generated)"),
+    ]
+    parts = []
+    for metric, protocol, label in wanted:
+        form = "ok_edits" if metric in LOCALITY_FORMS else population
+        part = metrics[
+            (metrics["metric"] == metric)
+            & (metrics["protocol"] == protocol)
+            & (metrics["population"] == form)
+        ].assign(label=label)
+        parts.append(part)
+    chosen = pd.concat(parts)
+    if chosen.empty or not (chosen["protocol"] == "wild").any():
+        return pd.DataFrame(columns=keys)
+    wide = chosen.pivot_table(
+        index=keys,
+        columns="label",
+        values=["value", "ci_low", "ci_high", "n"],
+        aggfunc="first",
+    )
+    table = pd.DataFrame(index=wide.index)
+    for *_, label in PROTOCOLS:
+        for column in ("value", "ci_low", "ci_high", "n"):
+            if (column, label) in wide:
+                name = label if column == "value" else f"{label} {column}"
+                table[name] = wide[(column, label)]
+    table = table.reset_index()
+    order = {t: i for i, t in enumerate(PROTOCOL_ORDER)}
+    return table.sort_values(
+        ["model", "method", "risk", "probe_type"],
+        key=lambda c: c.map(order).fillna(len(order)) if c.name == "probe_type" else c,
+        ignore_index=True,
+    )
 
 
 def _cell(row: pd.Series, label: str) -> str:
@@ -58,6 +119,18 @@ def _cell(row: pd.Series, label: str) -> str:
     )
 
 
+def _table(frame: pd.DataFrame, keys: list[str], labels: list[str]) -> list[str]:
+    """A markdown table: the ``keys`` columns as they are, then each label's cell."""
+    header = [key.replace("_", " ") for key in keys] + labels
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in frame.iterrows():
+        cells = [str(row[key]) for key in keys] + [
+            _cell(row, label) for label in labels
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     headline: pd.DataFrame,
     failures: pd.DataFrame,
@@ -66,11 +139,14 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     population: str,
     *,
     semantics: str,
+    protocols: pd.DataFrame | None = None,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
     (``drops``: ``kebench.scoring.evaluate.drop_counts``). ``semantics``: how the
-    entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md)."""
+    entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md).
+    ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
+    generated answers."""
     labels = [label for *_, label in HEADLINE]
     lines = [
         f"# {title}",
@@ -92,16 +168,25 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
         "before and after the edit (`argmax`). `unedited` is the floor: the base model "
         "scored as if it were edited.",
         "",
-        "| model | method | risk | " + " | ".join(labels) + " |",
-        "|" + "---|" * (3 + len(labels)),
+        *_table(headline, ["model", "method", "risk"], labels),
     ]
-    for _, row in headline.iterrows():
-        cells = [_cell(row, label) for label in labels]
-        lines.append(
-            f"| {row['model']} | {row['method']} | {row['risk']} | "
-            + " | ".join(cells)
-            + " |"
-        )
+    if protocols is not None and len(protocols):
+        labels = [label for *_, label in PROTOCOLS]
+        lines += [
+            "",
+            "## Teacher-forced vs generated (the protocol gap)",
+            "",
+            "The same probes, answered two ways: teacher-forced token accuracy "
+            "(protocol `token`; locality: `argmax`) and a free greedy generation, "
+            "scored by exact match against the answer or an alias (`wild`; locality: "
+            "the base model's answer kept), by token F1 (`bke_f1`) and, when it is "
+            "on, by an LLM judge (`judge`). Each gap is paired per probe "
+            "(`token_vs_wild`, `token_vs_judge`), with a 95% CI over edits; "
+            "`generations.parquet` holds every answer, `judgements.parquet` every "
+            "verdict.",
+            "",
+            *_table(protocols, ["model", "method", "risk", "probe_type"], labels),
+        ]
     if len(failures):
         lines += [
             "",

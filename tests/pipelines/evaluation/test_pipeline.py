@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -90,11 +92,12 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
     selected.loc[
         selected["case_id"] == failed_case, ["status", "reason", "delta_file"]
     ] = ["failed", "norm explosion", None]
+    params = evaluated.load("params:evaluation")
     plan = plan_score_shards(
         selected,
         evaluated.load("probes"),
         evaluated.load("joint_dropped_probes"),
-        {"batch_size": 16, "generation": {"probe_types": [], "max_new_tokens": 1}},
+        params,
         {"shard_size": 8},
     )
     assert failed_case not in set(plan["case_id"])
@@ -109,13 +112,13 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
         ~((scores["method"] == "ROME") & (scores["case_id"] == failed_case))
     ]
     probes = evaluated.load("probes")
-    params = {"generation": {"probe_types": []}, "bootstrap_seed": 0}
     metrics = compute_metrics(
         scores,
         probes,
         failed,
         evaluated.load("joint_dropped_probes"),
         evaluated.load("premise_knowledge"),
+        evaluated.load("judgements"),
         params,
     )
     got = metrics[
@@ -192,3 +195,42 @@ def test_a_sequential_run_drops_what_its_other_edits_rewrite(evaluated):
                 expected.add(probe.probe_id)
     assert set(drops["probe_id"]) == expected
     assert set(drops["reason"]) <= {"other_edit_fact", "other_edit_consequence"}
+
+
+def plain_normalise(text: str) -> str:
+    """SQuAD's normalisation, written again here as the checker: lower case, no
+    punctuation, no articles, single spaces."""
+    kept = "".join(c for c in text.lower() if c.isalnum() or c.isspace())
+    return " ".join(w for w in kept.split() if w not in {"a", "an", "the"})
+
+
+@pytest.mark.model
+def test_every_probe_type_is_generated_and_scored_against_its_answer(evaluated):
+    generations = evaluated.load("generations")
+    probes = evaluated.load("probes").set_index("probe_id")
+    rome = generations[generations["method"] == "ROME"]
+    assert set(rome["probe_type"]) == {
+        "direct",
+        "paraphrase",
+        "entailed",
+        "multihop",
+        "locality",
+    }
+    for row in rome.to_dict("records"):
+        if row["probe_type"] == "locality":
+            continue
+        probe = probes.loc[row["probe_id"]]
+        listed = probe["aliases_new"]
+        golds = [
+            probe["answer_new"],
+            *(json.loads(listed) if isinstance(listed, str) else []),
+        ]
+        right = plain_normalise(row["generation"]) in {
+            plain_normalise(g) for g in golds
+        }
+        assert row["wild_em"] == float(right), row
+    metrics = evaluated.load("metrics")
+    gaps = metrics[metrics["protocol"] == "token_vs_wild"]
+    assert set(gaps["probe_type"]) >= {"direct", "entailed"}
+    report = evaluated.load("evaluation_report")
+    assert "## Teacher-forced vs generated (the protocol gap)" in report

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
+import openai
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -20,8 +21,9 @@ from kebench.editing.hparams import describe_resolved
 from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
 from kebench.qa.probes import FACT_KEY, rewritten_facts
-from kebench.schemas import METRICS, PROBE_SCORES
+from kebench.schemas import JUDGEMENTS, METRICS, PROBE_SCORES
 from kebench.scoring.evaluate import (
     ScoreShard,
     ScoringSettings,
@@ -34,6 +36,8 @@ from kebench.scoring.evaluate import (
     score_pass,
     score_shard,
 )
+from kebench.scoring.generation import GenerationSettings, generation_table
+from kebench.scoring.judge import GenerationJudge, judgement_table
 from kebench.scoring.metrics import (
     failed_outcomes,
     metrics_table,
@@ -45,6 +49,7 @@ from kebench.scoring.report import (
     headline_table,
     plot_consistency_distribution,
     plot_direct_vs_entailed,
+    protocol_table,
     report_markdown,
 )
 
@@ -54,10 +59,19 @@ UNEDITED = "unedited"
 
 
 def _settings(params: dict[str, Any]) -> ScoringSettings:
+    wild = params["wild"]
     return ScoringSettings(
         batch_size=int(params["batch_size"]),
         generate_types=tuple(params["generation"]["probe_types"]),
         max_new_tokens=int(params["generation"]["max_new_tokens"]),
+        wild=GenerationSettings(
+            context=wild["context"],
+            instruction=wild["instruction"],
+            stop_strings=tuple(wild["stop_strings"]),
+            max_new_tokens=int(wild["max_new_tokens"]),
+            batch_size=int(params["batch_size"]),
+        ),
+        wild_types=tuple(wild["probe_types"]),
     )
 
 
@@ -221,25 +235,75 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
 
 
+def tabulate_generations(
+    probe_scores: pd.DataFrame, probes: pd.DataFrame
+) -> pd.DataFrame:
+    """The free generations behind ``wild`` and ``bke_f1``, one row per probe and
+    model."""
+    return generation_table(probe_scores, probes)
+
+
+def judge_generations(
+    generations: pd.DataFrame,
+    probes: pd.DataFrame,
+    judge_llm: openai.OpenAI,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """The LLM judge's verdict on each free generation (none unless
+    ``judge.enabled``); a generation it could not judge keeps the reason."""
+    settings = params["judge"]
+    if not settings["enabled"]:
+        return JUDGEMENTS.validate(pd.DataFrame(columns=list(JUDGEMENTS.columns)))
+    chat = CachedChat(
+        judge_llm,
+        LlmSettings.from_params(settings),
+        ResponseCache(settings["cache_dir"]),
+    )
+    table = judgement_table(
+        generations, probes, GenerationJudge(chat, settings["prompt"])
+    )
+    logger.info(
+        "judged %d generations with %s (%d requests sent, %d unjudged)",
+        len(table),
+        settings["model"],
+        chat.requests_sent,
+        int(table["judge"].isna().sum()),
+    )
+    return table
+
+
 def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probe_scores: pd.DataFrame,
     probes: pd.DataFrame,
     failed_edits: pd.DataFrame,
     joint_dropped_probes: pd.DataFrame,
     premise_knowledge: pd.DataFrame,
+    judgements: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """Every metric per (model, method, risk, probe_type), with protocol, population
     (``ok_edits``; ``itt``, where the failed edits count as failures, on the probes
     joint scoring kept), 95% CI over edits, and n; also over the probes whose premises
     the base model knows (``*_known``), and the share of known premises."""
-    failed = failed_outcomes(probes, failed_edits, params["generation"]["probe_types"])
+    failed = failed_outcomes(
+        probes,
+        failed_edits,
+        params["generation"]["probe_types"],
+        params["wild"]["probe_types"],
+        judged=bool(params["judge"]["enabled"]),
+    )
     keys = ["method", "probe_id"]
     dropped = pd.MultiIndex.from_frame(joint_dropped_probes[keys])
     failed = failed[~pd.MultiIndex.from_frame(failed[keys]).isin(dropped)]
     seed = int(params["bootstrap_seed"])
+    outcomes = probe_outcomes(probe_scores)
+    if params["judge"]["enabled"]:
+        verdicts = judgements[["model", "method", "probe_id", "judge"]]
+        outcomes = outcomes.merge(
+            verdicts, on=["model", "method", "probe_id"], how="left"
+        )
     table = metrics_table(
-        probe_outcomes(probe_scores),
+        outcomes,
         seed=seed,
         failed=failed,
         known=known_probes(premise_knowledge, probes),
@@ -293,6 +357,7 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         "kebench evaluation",
         population,
         semantics=consequence_semantics(entailed_facts),
+        protocols=protocol_table(metrics, population),
     )
     return (
         markdown,

@@ -8,12 +8,14 @@ from kebench.pipelines.evaluation.nodes import (
     compute_metrics,
     describe_run,
     find_joint_drops,
+    judge_generations,
     list_failed_edits,
     plan_score_shards,
     score_base_probes,
     score_premise_knowledge,
     score_probe_shards,
     select_edits,
+    tabulate_generations,
     track_metrics,
 )
 
@@ -94,6 +96,18 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="collect_probe_scores",
             ),
             Node(
+                func=tabulate_generations,
+                inputs=["probe_scores", "probes"],
+                outputs="generations",
+                name="tabulate_generations",
+            ),
+            Node(
+                func=judge_generations,
+                inputs=["generations", "probes", "judge_llm", "params:evaluation"],
+                outputs="judgements",
+                name="judge_generations",
+            ),
+            Node(
                 func=compute_metrics,
                 inputs=[
                     "probe_scores",
@@ -101,6 +115,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "failed_edits",
                     "joint_dropped_probes",
                     "premise_knowledge",
+                    "judgements",
                     "params:evaluation",
                 ],
                 outputs="metrics",

@@ -57,13 +57,7 @@ def write_questions(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         settings = params["llm"]
         writer = LlmQuestionWriter(
             question_llm,
-            LlmSettings(
-                model=settings["model"],
-                max_tokens=settings["max_tokens"],
-                temperature=settings["temperature"],
-                max_attempts=settings["max_attempts"],
-                backoff_s=settings["backoff_s"],
-            ),
+            LlmSettings.from_params(settings),
             ResponseCache(settings["cache_dir"]),
             settings["prompt"],
         )

@@ -1,0 +1,72 @@
+"""The report's protocol table: teacher-forced vs generated, per probe type."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kebench.scoring.report import protocol_table, report_markdown
+
+
+def metric(probe_type, metric_name, protocol, value, population="itt"):  # noqa: PLR0913
+    return {
+        "model": "m",
+        "method": "ROME",
+        "risk": "counterfactual",
+        "probe_type": probe_type,
+        "metric": metric_name,
+        "protocol": protocol,
+        "population": population,
+        "value": value,
+        "ci_low": value - 0.1,
+        "ci_high": value + 0.1,
+        "n": 10,
+        "n_edits": 5.0,
+    }
+
+
+METRICS = pd.DataFrame(
+    [
+        metric("entailed", "token_accuracy", "token", 0.9),
+        metric("entailed", "wild_em", "wild", 0.3),
+        metric("entailed", "bke_f1", "bke_f1", 0.4),
+        metric("entailed", "protocol_gap", "token_vs_wild", 0.6),
+        metric("direct", "token_accuracy", "token", 1.0),
+        metric("direct", "wild_em", "wild", 0.8),
+        metric("direct", "wild_em", "wild", 0.1, population="ok_edits"),
+        metric("locality", "locality", "argmax", 0.95, population="ok_edits"),
+        metric("locality", "wild_locality", "wild", 0.7, population="ok_edits"),
+    ]
+)
+
+
+def test_protocol_table_sets_each_probe_type_beside_its_generated_answer():
+    table = protocol_table(METRICS, "itt")
+    assert table["probe_type"].tolist() == ["direct", "entailed", "locality"]
+    rows = table.set_index("probe_type")
+    assert rows.loc["entailed", "Gap (token − WILD)"] == 0.6
+    assert rows.loc["direct", "WILD EM (generated)"] == 0.8  # the itt row
+    assert rows.loc["locality", "Token acc. (teacher-forced)"] == 0.95
+    assert rows.loc["locality", "WILD EM (generated)"] == 0.7
+    assert pd.isna(rows.loc["direct", "BKE F1 (generated)"])
+
+
+def test_no_generation_gives_no_protocol_table():
+    only_token = METRICS[METRICS["protocol"] == "token"]
+    assert protocol_table(only_token, "itt").empty
+
+
+def test_report_shows_the_protocol_gap():
+    markdown = report_markdown(
+        pd.DataFrame(columns=["model", "method", "risk"]),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        "t",
+        "itt",
+        semantics="consistent",
+        protocols=protocol_table(METRICS, "itt"),
+    )
+    assert "## Teacher-forced vs generated (the protocol gap)" in markdown
+    assert "| m | ROME | counterfactual | entailed | 90.0 [80.0, 100.0] (n=10) |" in (
+        markdown
+    )
+    assert "60.0 [50.0, 70.0] (n=10)" in markdown
