@@ -80,6 +80,7 @@ def test_chat_context_is_the_model_template_and_instruction_holds_the_question(l
     asked = GenerationSettings(context="instruction", instruction="Q: {question}\nA:")
     assert model_input(lm, "Who?", asked) == "Q: Who?\nA:"
     assert model_input(lm, "Q: Who?\nA:", GenerationSettings()) == "Q: Who?\nA:"
+    assert model_input(lm, "Who?", GenerationSettings(context="question")) == "Who?"
 
 
 def test_wild_matches_the_answer_or_an_alias_after_squad_normalisation():

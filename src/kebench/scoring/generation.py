@@ -5,9 +5,10 @@ way it is used: it must *generate* the answer. kebench's version:
 
 - **Context** (``GenerationSettings.context``): the probe's own prompt, the text teacher
   forcing scores (``prompt``: a cloze, or the question in the QA format), so that the
-  two protocols ask the same thing; or the probe's question (its cloze when it has
-  none) inside a QA instruction (``instruction``, the configured template with
-  ``{question}``) or as the user turn of the model's own chat template (``chat``).
+  two protocols ask the same thing; or, as WILD's three contexts, the probe's question
+  (its cloze when it has none) alone (``question``), inside a QA instruction
+  (``instruction``, the configured template with ``{question}``) or as the user turn
+  of the model's own chat template (``chat``).
 - **Greedy decoding** in left-padded batches with the KV cache, until the model's end
   of sequence, a configured stop string (by default a newline and a full stop, as the
   paper's repository stops), or ``max_new_tokens``. An answer cut by the cap is
@@ -30,7 +31,7 @@ from kebench.models.loading import LoadedModel
 from kebench.schemas import GENERATIONS
 from kebench.scoring.metrics import exact_match, token_f1
 
-CONTEXTS = ("prompt", "instruction", "chat")
+CONTEXTS = ("prompt", "question", "instruction", "chat")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def model_input(lm: LoadedModel, text: str, settings: GenerationSettings) -> str
         if not getattr(lm.tokenizer, "chat_template", None):
             raise ValueError(
                 f"model {lm.name!r} has no chat template: use generation context "
-                "'question' or 'instruction'"
+                "'prompt', 'question' or 'instruction'"
             )
         return lm.tokenizer.apply_chat_template(
             [{"role": "user", "content": text}],
