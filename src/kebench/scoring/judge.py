@@ -7,7 +7,8 @@ rubric prompt of our own (``evaluation.judge.prompt``) whose reply must contain 
 verdict CORRECT or INCORRECT. Replies are cached on disk; a reply without a verdict is
 garbage and is retried like a failed request. After the bounded attempts the probe is
 *unjudged*, with the reason, and every other probe is still judged. An empty
-generation states nothing: it is incorrect without asking.
+generation states nothing: it is incorrect without asking; a locality probe's answer
+that is the base model's own, character for character, is kept without asking.
 """
 
 from __future__ import annotations
@@ -94,9 +95,15 @@ def judgement_table(
         )
         expected = row["expected"] if isinstance(row["expected"], str) else ""
         question = row["question"] if isinstance(row["question"], str) else None
-        result = judge.judge(
-            question or row["prompt"], expected, accepted, row["generation"]
-        )
+        if (
+            row["probe_type"] == "locality"
+            and row["generation"].strip() == expected.strip()
+        ):
+            result = Judgement(1.0)  # the base model's very answer: nothing to judge
+        else:
+            result = judge.judge(
+                question or row["prompt"], expected, accepted, row["generation"]
+            )
         rows.append(
             {
                 "model": row["model"],
