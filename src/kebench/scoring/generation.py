@@ -156,7 +156,8 @@ def bke_f1(text: str, answer: str) -> float:
     return token_f1(text, answer)
 
 
-def _aliases(value: object) -> list[str]:
+def alias_list(value: object) -> list[str]:
+    """A probe's ``aliases_*`` cell as a list ([] where it has none)."""
     return json.loads(value) if isinstance(value, str) else []
 
 
@@ -181,7 +182,7 @@ def wild_scores(
             rows.append((exact_match(edit, kept), token_f1(edit, kept)))
         else:
             answer = probe["answer_new"]
-            aliases = _aliases(probe.get("aliases_new"))
+            aliases = alias_list(probe.get("aliases_new"))
             rows.append((wild_match(edit, answer, aliases), bke_f1(edit, answer)))
     return pd.DataFrame(rows, index=probes.index, columns=["wild_em", "bke_f1"])
 

@@ -13,7 +13,6 @@ that is the base model's own, character for character, is kept without asking.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from tqdm.auto import tqdm
 
 from kebench.qa.llm_questions import CachedChat, LlmError
 from kebench.schemas import JUDGEMENTS
+from kebench.scoring.generation import alias_list
 
 _VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
 
@@ -87,10 +87,9 @@ def judgement_table(
     aliases = probes.set_index("probe_id")["aliases_new"]
     rows = []
     for row in tqdm(generations.to_dict("records"), desc="judging", unit="answer"):
-        listed = aliases.get(row["probe_id"])
         accepted = (
-            json.loads(listed)
-            if isinstance(listed, str) and row["probe_type"] != "locality"
+            alias_list(aliases.get(row["probe_id"]))
+            if row["probe_type"] != "locality"
             else []
         )
         expected = row["expected"] if isinstance(row["expected"], str) else ""
