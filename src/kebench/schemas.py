@@ -240,6 +240,29 @@ DATASET_PROBES = pa.DataFrameSchema(
     name="dataset_probes",
 )
 
+# CounterFact's own prompts of each edit, for its standard metrics
+# (kebench.scoring.counterfact): rewrite, paraphrase and neighbourhood prompts are
+# scored with both objects; generation prompts are continued by sampling.
+COUNTERFACT_KINDS = ("rewrite", "paraphrase", "neighborhood", "generation")
+
+COUNTERFACT_PROMPTS = pa.DataFrameSchema(
+    {
+        "case_id": pa.Column(str),
+        "source": pa.Column(str),
+        "risk": pa.Column(str, pa.Check.isin(RISKS)),
+        "kind": pa.Column(str, pa.Check.isin(COUNTERFACT_KINDS)),
+        "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "target_new": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "target_true": pa.Column(str, pa.Check.str_length(min_value=1)),
+        # Wikidata ids: which reference texts the generations are compared with
+        "relation_id": pa.Column(str),
+        "target_new_id": pa.Column(str, nullable=True),
+    },
+    strict=True,
+    coerce=True,
+    name="counterfact_prompts",
+)
+
 PREMISE_PROBES = pa.DataFrameSchema(
     {
         "probe_id": pa.Column(str),  # the direct or entailed probe that rests on it
@@ -366,6 +389,33 @@ PROBE_SCORES = pa.DataFrameSchema(
     name="probe_scores",
 )
 
+# CounterFact's standard metrics per (model, method, case): scores and magnitudes
+# (shares and mean per-token probability margins over the case's prompts), n-gram
+# entropy and reference score of its generations, and the generated texts (JSON).
+COUNTERFACT_SCORES = pa.DataFrameSchema(
+    {
+        "model": pa.Column(str),
+        "method": pa.Column(str),  # "unedited": the base model
+        "case_id": pa.Column(str),
+        "risk": pa.Column(str, pa.Check.isin(RISKS)),
+        "source": pa.Column(str),
+        **{
+            f"{kind}_{measure}": pa.Column(
+                float, pa.Check.in_range(-1.0, 1.0), nullable=True
+            )
+            for kind in ("rewrite", "paraphrase", "neighborhood")
+            for measure in ("score", "magnitude")
+        },
+        "ngram_entropy": pa.Column(float, pa.Check.ge(0.0), nullable=True),
+        "reference_score": pa.Column(float, pa.Check.in_range(0.0, 1.0), nullable=True),
+        "generated": pa.Column(str),
+    },
+    unique=["model", "method", "case_id"],
+    strict=True,
+    coerce=True,
+    name="counterfact_scores",
+)
+
 # Every free generation of a run, per probe (``wild``): what the model was asked, the
 # answer it should give (a locality probe: the base model's own answer), what it said.
 GENERATIONS = pa.DataFrameSchema(
@@ -437,6 +487,7 @@ METRICS = pa.DataFrameSchema(
                     "judge",
                     "token_vs_wild",
                     "token_vs_judge",
+                    "counterfact",
                 ]
             ),
         ),

@@ -12,6 +12,7 @@ from kebench.kg.edit_cases import (
     EditCaseError,
     RawEditCases,
     RelationCatalog,
+    counterfact_prompts,
     dataset_probes,
     load_edit_case_file,
     load_edit_case_files,
@@ -190,6 +191,30 @@ def probes_of(frame, case_id: str, probe_type: str) -> list[tuple]:
             index=False, name=None
         )
     )
+
+
+def test_counterfact_prompts_of_every_kind_for_its_standard_metrics():
+    prompts = counterfact_prompts(read("counterfact", "counterfact.json"))
+    first = prompts[prompts["case_id"] == "src-0"]
+    assert list(first[["kind", "prompt"]].itertuples(index=False, name=None)) == [
+        # the rewrite prompt with its subject, as ROME scores it
+        ("rewrite", "The official language of Brazil is"),
+        ("paraphrase", "The river was wide. In Brazil, the official language is"),
+        ("paraphrase", "Brazil's official language is"),
+        ("neighborhood", "The official language of Portugal is"),
+        ("neighborhood", "The official language of Mozambique is"),
+        ("generation", "In Brazil, people speak"),
+        ("generation", "Brazil's schools teach in"),
+    ]
+    assert set(first["target_new"]) == {"Finnish"}
+    assert set(first["target_true"]) == {"Portuguese"}
+    assert set(first["relation_id"]) == {"P37"}
+    assert set(first["target_new_id"]) == {"Q1412"}
+    assert set(prompts["risk"]) == {"counterfactual"} and set(prompts["source"]) == {
+        "src"
+    }
+    # other formats have none
+    assert counterfact_prompts(read("zsre", "zsre_mem_eval.json")).empty
 
 
 def test_counterfact_rewrite_and_its_probes():

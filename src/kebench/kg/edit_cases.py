@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.schemas import DATASET_PROBES, EDIT_REQUESTS
+from kebench.schemas import COUNTERFACT_PROMPTS, DATASET_PROBES, EDIT_REQUESTS
 
 logger = logging.getLogger(__name__)
 
@@ -724,3 +724,58 @@ def dataset_probes(raw: RawEditCases) -> pd.DataFrame:
     return DATASET_PROBES.validate(
         pd.DataFrame(rows, columns=list(DATASET_PROBES.columns))
     )
+
+
+# CounterFact's prompt fields, by the kind of prompt each one holds
+COUNTERFACT_FIELDS = {
+    "paraphrase_prompts": "paraphrase",
+    "neighborhood_prompts": "neighborhood",
+    "generation_prompts": "generation",
+}
+
+
+def _counterfact_prompt_rows(raw: RawEditCases, index: int, record: dict) -> list[dict]:
+    """One CounterFact record's prompts of every kind (``COUNTERFACT_FIELDS``, and
+    its rewrite prompt with the subject filled in)."""
+    (row,) = _rows_counterfact(raw, index, record, RelationCatalog({}, {}))
+    target_new = record["requested_rewrite"]["target_new"]
+    common = {
+        "case_id": row["case_id"],
+        "target_new": row["target_new"],
+        "target_true": row["target_true"],
+        "relation_id": row["relation_id"],
+        "target_new_id": _text(target_new.get("id"))
+        if isinstance(target_new, dict)
+        else None,
+    }
+    rows = [
+        common | {"kind": "rewrite", "prompt": row["prompt"].format(row["subject"])}
+    ]
+    for field, kind in COUNTERFACT_FIELDS.items():
+        rows += [
+            common | {"kind": kind, "prompt": text} for text in _texts(record, field)
+        ]
+    return rows
+
+
+def counterfact_prompts(raw: RawEditCases) -> pd.DataFrame:
+    """CounterFact's prompts of each edit, for its standard metrics
+    (``kebench.scoring.counterfact``); empty for other formats. Records the edit
+    reader skips give none."""
+    rows: list[dict] = []
+    if raw.format == "counterfact":
+        for index, record in enumerate(raw.records):
+            if not isinstance(record, dict):
+                continue
+            try:
+                rows.extend(_counterfact_prompt_rows(raw, index, record))
+            except EditCaseError:
+                if not raw.skip_invalid:
+                    raise
+    frame = pd.DataFrame(
+        rows,
+        columns=[c for c in COUNTERFACT_PROMPTS.columns if c not in ("source", "risk")],
+    )
+    frame.insert(1, "source", raw.source)
+    frame.insert(2, "risk", raw.risk)
+    return COUNTERFACT_PROMPTS.validate(frame)

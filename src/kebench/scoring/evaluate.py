@@ -152,6 +152,30 @@ def score_pass(
     return scores
 
 
+def applied_groups(
+    lm: LoadedModel,
+    frame: pd.DataFrame,
+    groups: Iterable[tuple[Sequence[str], Sequence[Delta]]],
+    description: str,
+) -> Iterator[tuple[pd.DataFrame, Sequence[Delta], str]]:
+    """Each group's rows of ``frame`` (by ``case_id``), its deltas and their in-context
+    prefix, yielded while the deltas are applied to ``lm``; reverted, exactly, before
+    the next group. Groups without rows are skipped.
+
+    Args:
+        groups: ``(case_ids, deltas)``: the cases scored while ``deltas`` are applied
+            together.
+    """
+    for case_ids, deltas in tqdm(list(groups), desc=description, unit="group"):
+        selected = frame[frame["case_id"].isin(case_ids)]
+        if selected.empty:
+            continue
+        with ExitStack() as stack:
+            for delta in deltas:
+                stack.enter_context(delta_applied(lm.model, delta))
+            yield selected, deltas, joint_prefix(deltas)
+
+
 @torch.no_grad()
 def edited_scores(
     lm: LoadedModel,
@@ -160,34 +184,23 @@ def edited_scores(
     settings: ScoringSettings = ScoringSettings(),
     description: str = "scoring",
 ) -> pd.DataFrame:
-    """Scores of each group's probes with that group's deltas applied.
-
-    Args:
-        groups: ``(case_ids, deltas)``: the cases whose probes are scored while
-            ``deltas`` are applied together.
-    """
+    """Scores of each group's probes with that group's deltas applied
+    (``applied_groups``)."""
     parts = []
-    groups = list(groups)
-    for case_ids, deltas in tqdm(groups, desc=description, unit="group"):
-        selected = probes[probes["case_id"].isin(case_ids)]
-        if selected.empty:
-            continue
-        prefix = joint_prefix(deltas)
-        with ExitStack() as stack:
-            for delta in deltas:
-                stack.enter_context(delta_applied(lm.model, delta))
-            try:
-                parts.append(score_pass(lm, selected, prefix, settings))
-            except ValueError as error:
-                if not isinstance(error.__cause__, ContextOverflowError):
-                    raise
-                tokens = len(lm.tokenizer(prefix)["input_ids"])
-                named = ", ".join(list(case_ids)[:5])
-                raise ValueError(
-                    f"the in-context prefix of {len(deltas)} edit(s), for cases "
-                    f"{named} ({len(case_ids)} in all), takes {tokens} tokens: too "
-                    f"many to ask every probe after it: {error}"
-                ) from error
+    for selected, deltas, prefix in applied_groups(lm, probes, groups, description):
+        try:
+            parts.append(score_pass(lm, selected, prefix, settings))
+        except ValueError as error:
+            if not isinstance(error.__cause__, ContextOverflowError):
+                raise
+            tokens = len(lm.tokenizer(prefix)["input_ids"])
+            cases = list(dict.fromkeys(selected["case_id"]))
+            named = ", ".join(cases[:5])
+            raise ValueError(
+                f"the in-context prefix of {len(deltas)} edit(s), for cases "
+                f"{named} ({len(cases)} in all), takes {tokens} tokens: too "
+                f"many to ask every probe after it: {error}"
+            ) from error
     if not parts:
         return pd.DataFrame(columns=PASS_COLUMNS)
     return pd.concat(parts)

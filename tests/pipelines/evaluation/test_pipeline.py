@@ -119,6 +119,7 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
         evaluated.load("joint_dropped_probes"),
         evaluated.load("premise_knowledge"),
         evaluated.load("judgements"),
+        evaluated.load("counterfact_scores"),
         params,
     )
     got = metrics[

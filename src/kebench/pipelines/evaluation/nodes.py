@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -23,7 +24,8 @@ from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
 from kebench.qa.probes import FACT_KEY, rewritten_facts
-from kebench.schemas import JUDGEMENTS, METRICS, PROBE_SCORES
+from kebench.schemas import COUNTERFACT_SCORES, JUDGEMENTS, METRICS, PROBE_SCORES
+from kebench.scoring import counterfact
 from kebench.scoring.evaluate import (
     ScoreShard,
     ScoringSettings,
@@ -235,6 +237,128 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
 
 
+def _counterfact_settings(params: dict[str, Any]) -> counterfact.CounterfactSettings:
+    settings = params["counterfact"]
+    return counterfact.CounterfactSettings(
+        max_length=int(settings["max_length"]),
+        top_k=int(settings["top_k"]),
+        seed=int(settings["seed"]),
+        batch_size=int(params["batch_size"]),
+    )
+
+
+def _reference_texts(params: dict[str, Any]) -> counterfact.ReferenceTexts | None:
+    """ROME's attribute snippets (and stored IDF) when the configured files exist."""
+    settings = params["counterfact"]
+    snippets = Path(settings["snippets"])
+    if not snippets.is_file():
+        logger.warning(
+            "CounterFact reference score not computed: no attribute snippets at %s "
+            "(docs/evaluation.md#counterfacts-standard-metrics)",
+            snippets,
+        )
+        return None
+    idf, vocab = Path(settings["idf"]), Path(settings["vocab"])
+    stored = idf.is_file() and vocab.is_file()
+    logger.info(
+        "CounterFact reference texts from %s, IDF %s",
+        snippets,
+        f"from {idf}" if stored else "fitted on the snippets",
+    )
+    return counterfact.load_reference_texts(
+        str(snippets), str(idf) if stored else None, str(vocab) if stored else None
+    )
+
+
+def score_counterfact_base(
+    model: LoadedModel,
+    counterfact_prompts: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """CounterFact's standard metrics of the edited cases under the unedited model
+    (ROME's "pre" numbers); empty for other datasets."""
+    prompts = counterfact_prompts[
+        counterfact_prompts["case_id"].isin(selected_edits["case_id"])
+    ]
+    if prompts.empty:
+        return COUNTERFACT_SCORES.validate(
+            pd.DataFrame(columns=list(COUNTERFACT_SCORES.columns))
+        )
+    logger.info(
+        "CounterFact metrics of %d cases, unedited", prompts["case_id"].nunique()
+    )
+    cases = counterfact.score_cases(
+        model, prompts, _counterfact_settings(params), _reference_texts(params)
+    )
+    return counterfact.score_rows(cases, prompts, model.name, UNEDITED)
+
+
+def score_counterfact_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    model: LoadedModel,
+    counterfact_prompts: pd.DataFrame,
+    score_shard_plan: pd.DataFrame,
+    counterfact_score_shards_stored: dict[str, Any],
+    edit_deltas_stored: DeltaStore,
+    params: dict[str, Any],
+    compute: dict[str, Any],
+) -> Iterator[dict[str, pd.DataFrame]]:
+    """CounterFact's standard metrics of each scoring shard's cases under its edited
+    model, shard by shard; stored shards are not scored again."""
+    settings = _counterfact_settings(params)
+    keys = counterfact.shard_keys(score_shard_plan, counterfact_prompts, settings)
+    pending = {
+        keys[key]: (rows, plan)
+        for key, rows, plan in pending_shards(score_shard_plan, {})
+        if key in keys and keys[key] not in counterfact_score_shards_stored
+    }
+    if not pending:
+        return
+    references = _reference_texts(params)
+    shards = {
+        stored_key: counterfact.CounterfactShard(
+            shard=rows["shard"].iloc[0],
+            plan=plan,
+            store_root=str(edit_deltas_stored.root),
+            prompts=counterfact_prompts[
+                counterfact_prompts["case_id"].isin(rows["case_id"])
+            ],
+            settings=settings,
+            references=references,
+        )
+        for stored_key, (rows, plan) in pending.items()
+    }
+    logger.info(
+        "CounterFact metrics: %d shards (%d stored)",
+        len(shards),
+        len(keys) - len(shards),
+    )
+    for key, scores in run_shards(
+        model,
+        counterfact.score_shard,
+        shards,
+        ComputeSettings.from_params(compute),
+        "CounterFact",
+    ):
+        yield {key: scores}
+
+
+def collect_counterfact_scores(
+    counterfact_score_shards: dict[str, Any],
+    counterfact_base_scores: pd.DataFrame,
+    score_shard_plan: pd.DataFrame,
+    counterfact_prompts: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """``counterfact_scores``: the unedited model's, then every planned shard's."""
+    keys = counterfact.shard_keys(
+        score_shard_plan, counterfact_prompts, _counterfact_settings(params)
+    )
+    plan = pd.DataFrame({"shard": sorted(keys.values())})
+    parts = [counterfact_base_scores, *collect_shards(counterfact_score_shards, plan)]
+    return COUNTERFACT_SCORES.validate(pd.concat(parts, ignore_index=True))
+
+
 def tabulate_generations(
     probe_scores: pd.DataFrame, probes: pd.DataFrame
 ) -> pd.DataFrame:
@@ -279,12 +403,14 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     joint_dropped_probes: pd.DataFrame,
     premise_knowledge: pd.DataFrame,
     judgements: pd.DataFrame,
+    counterfact_scores: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """Every metric per (model, method, risk, probe_type), with protocol, population
     (``ok_edits``; ``itt``, where the failed edits count as failures, on the probes
     joint scoring kept), 95% CI over edits, and n; also over the probes whose premises
-    the base model knows (``*_known``), and the share of known premises."""
+    the base model knows (``*_known``), the share of known premises, and CounterFact's
+    standard metrics (protocol ``counterfact``, its successful edits)."""
     failed = failed_outcomes(
         probes,
         failed_edits,
@@ -315,10 +441,13 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         protocol="prob",
         population="ok_edits",
     )
-    table = pd.concat(
-        [table, shares.rename(columns={"kind": "probe_type", "known_share": "value"})],
-        ignore_index=True,
-    )
+    parts = [
+        table,
+        shares.rename(columns={"kind": "probe_type", "known_share": "value"}),
+    ]
+    if standard := counterfact.metric_rows(counterfact_scores, seed):
+        parts.append(pd.DataFrame(standard).assign(population="ok_edits"))
+    table = pd.concat(parts, ignore_index=True)
     return METRICS.validate(table.reindex(columns=list(METRICS.columns)))
 
 

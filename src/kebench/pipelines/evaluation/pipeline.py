@@ -4,6 +4,7 @@ from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.evaluation.nodes import (
     build_report,
+    collect_counterfact_scores,
     collect_probe_scores,
     compute_metrics,
     describe_run,
@@ -12,6 +13,8 @@ from kebench.pipelines.evaluation.nodes import (
     list_failed_edits,
     plan_score_shards,
     score_base_probes,
+    score_counterfact_base,
+    score_counterfact_shards,
     score_premise_knowledge,
     score_probe_shards,
     select_edits,
@@ -96,6 +99,43 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="collect_probe_scores",
             ),
             Node(
+                func=score_counterfact_base,
+                inputs=[
+                    "model",
+                    "counterfact_prompts",
+                    "selected_edits",
+                    "params:evaluation",
+                ],
+                outputs="counterfact_base_scores",
+                name="score_counterfact_base",
+            ),
+            Node(
+                func=score_counterfact_shards,
+                inputs=[
+                    "model",
+                    "counterfact_prompts",
+                    "score_shard_plan",
+                    "counterfact_score_shards_stored",
+                    "edit_deltas_stored",
+                    "params:evaluation",
+                    "params:compute",
+                ],
+                outputs="counterfact_score_shards",
+                name="score_counterfact_shards",
+            ),
+            Node(
+                func=collect_counterfact_scores,
+                inputs=[
+                    "counterfact_score_shards",
+                    "counterfact_base_scores",
+                    "score_shard_plan",
+                    "counterfact_prompts",
+                    "params:evaluation",
+                ],
+                outputs="counterfact_scores",
+                name="collect_counterfact_scores",
+            ),
+            Node(
                 func=tabulate_generations,
                 inputs=["probe_scores", "probes"],
                 outputs="generations",
@@ -116,6 +156,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "joint_dropped_probes",
                     "premise_knowledge",
                     "judgements",
+                    "counterfact_scores",
                     "params:evaluation",
                 ],
                 outputs="metrics",

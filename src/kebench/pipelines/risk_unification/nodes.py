@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.kg.edit_cases import RawEditCases, dataset_probes
+from kebench.kg.edit_cases import RawEditCases, counterfact_prompts, dataset_probes
 from kebench.qa.entailment import edit_relations
 from kebench.qa.premises import premise_probes
 from kebench.qa.probes import (
@@ -49,6 +49,17 @@ def collect_dataset_probes(
     zsRE's paraphrases and locality prompts."""
     return dataset_probe_rows(
         dataset_probes(raw_edit_cases), edit_requests, params["qa_format"]
+    )
+
+
+def collect_counterfact_prompts(
+    raw_edit_cases: RawEditCases, edit_requests: pd.DataFrame
+) -> pd.DataFrame:
+    """CounterFact's prompts of each edit, for its standard metrics (empty for other
+    datasets)."""
+    prompts = counterfact_prompts(raw_edit_cases)
+    return prompts[prompts["case_id"].isin(edit_requests["case_id"])].reset_index(
+        drop=True
     )
 
 

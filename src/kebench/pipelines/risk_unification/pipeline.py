@@ -3,6 +3,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.risk_unification.nodes import (
+    collect_counterfact_prompts,
     collect_dataset_probes,
     collect_edit_probes,
     collect_entailed_probes,
@@ -39,6 +40,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs=["raw_edit_cases", "edit_requests", "params:risk_unification"],
                 outputs="dataset_probes",
                 name="collect_dataset_probes",
+            ),
+            Node(
+                func=collect_counterfact_prompts,
+                inputs=["raw_edit_cases", "edit_requests"],
+                outputs="counterfact_prompts",
+                name="collect_counterfact_prompts",
             ),
             Node(
                 func=sample_locality_probes,

@@ -1,0 +1,226 @@
+"""CounterFact's standard metrics against hand-worked cases and plain computations."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from kebench.scoring.counterfact import (
+    CounterfactSettings,
+    case_scores,
+    load_reference_texts,
+    mean_nlls,
+    metric_rows,
+    ngram_entropy,
+    sample_texts,
+    words,
+)
+
+
+def test_words_are_cut_sentence_by_sentence_as_nltk_does():
+    # the sentence's full stop is a word of its own, also mid-text
+    assert words("Paris is big. It rains, doesn't it?") == [
+        "Paris",
+        "is",
+        "big",
+        ".",
+        "It",
+        "rains",
+        ",",
+        "does",
+        "n't",
+        "it",
+        "?",
+    ]
+
+
+def test_ngram_entropy_of_a_hand_worked_text():
+    # words a b a b: 2-grams ab, ba, ab (2/3, 1/3); 3-grams aba, bab (1/2, 1/2)
+    h2 = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))
+    h3 = 1.0
+    assert ngram_entropy("a b a b") == pytest.approx((2 / 3 * h2 + 4 / 3 * h3) / 2)
+    # a repeated word: one 2-gram and one 3-gram, no uncertainty at all
+    assert ngram_entropy("go go go go go") == 0.0
+    assert math.isnan(ngram_entropy("too short"))
+
+
+def nll_frame(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        rows, columns=["case_id", "kind", "nll_new", "nll_true"]
+    ).assign(relation_id="P1", target_new_id="Q1")
+
+
+def test_case_scores_and_magnitudes_by_hand():
+    nlls = nll_frame(
+        [
+            ("c", "rewrite", 0.5, 2.0),  # new wins
+            ("c", "paraphrase", 1.0, 0.2),  # true wins
+            ("c", "paraphrase", 0.1, 3.0),  # new wins
+            ("c", "neighborhood", 1.5, 0.5),  # true wins: as it should
+        ]
+    )
+    (row,) = case_scores(nlls, {}, None).to_dict("records")
+    assert row["rewrite_score"] == 1.0
+    assert row["rewrite_magnitude"] == pytest.approx(math.exp(-0.5) - math.exp(-2.0))
+    assert row["paraphrase_score"] == 0.5
+    assert row["paraphrase_magnitude"] == pytest.approx(
+        ((math.exp(-1.0) - math.exp(-0.2)) + (math.exp(-0.1) - math.exp(-3.0))) / 2
+    )
+    # the neighbourhood counts the old object's lead
+    assert row["neighborhood_score"] == 1.0
+    assert row["neighborhood_magnitude"] == pytest.approx(
+        math.exp(-0.5) - math.exp(-1.5)
+    )
+    assert row["ngram_entropy"] is None and row["reference_score"] is None
+
+
+def plain_tfidf(documents: list[str], texts: list[str]) -> np.ndarray:
+    """scikit-learn's default TF-IDF written out: words of 2+ word characters,
+    lower-cased; idf = ln((1 + n) / (1 + df)) + 1; raw counts; l2-normalised."""
+    tokens = [re.findall(r"\b\w\w+\b", d.lower()) for d in documents]
+    vocab = sorted({t for doc in tokens for t in doc})
+    df = Counter(t for doc in tokens for t in set(doc))
+    idf = np.array([math.log((1 + len(documents)) / (1 + df[t])) + 1 for t in vocab])
+    rows = []
+    for text in texts:
+        counts = Counter(re.findall(r"\b\w\w+\b", text.lower()))
+        vector = np.array([counts[t] for t in vocab]) * idf
+        rows.append(vector / np.linalg.norm(vector))
+    return np.array(rows)
+
+
+SNIPPETS = [
+    {
+        "relation_id": "P37",
+        "target_id": "Q1412",
+        "samples": [
+            {"name": "Finland", "text": "Finnish is spoken in Finland by most people."},
+            {"name": "Karelia", "text": "People in Karelia speak Finnish and Russian."},
+        ],
+    },
+    {
+        "relation_id": "P37",
+        "target_id": "Q150",
+        "samples": [{"name": "France", "text": "French is spoken in France."}],
+    },
+]
+
+
+def test_reference_score_is_the_tfidf_cosine_with_the_snippets(tmp_path):
+    path = tmp_path / "attribute_snippets.json"
+    path.write_text(json.dumps(SNIPPETS))
+    references = load_reference_texts(str(path))
+    generated = ["In Brazil people speak Finnish.", "Schools teach in Finnish too."]
+    documents = [s["text"] for entry in SNIPPETS for s in entry["samples"]]
+    joined = [" ".join(generated), " ".join(documents[:2])]
+    expected = np.prod(plain_tfidf(documents, joined), axis=0).sum()
+    assert references.score(generated, "P37", "Q1412") == pytest.approx(expected)
+    assert math.isnan(references.score(generated, "P37", "Q9"))
+
+
+def test_a_stored_idf_is_used_as_it_is(tmp_path):
+    path = tmp_path / "snippets.json"
+    path.write_text(json.dumps(SNIPPETS))
+    vocab = {"finnish": 0, "spoken": 1, "french": 2}
+    np.save(tmp_path / "idf.npy", np.array([1.0, 2.0, 4.0]))
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    references = load_reference_texts(
+        str(path), str(tmp_path / "idf.npy"), str(tmp_path / "vocab.json")
+    )
+    # generated: finnish x2, spoken x1 -> (2, 2, 0); references of Q150: french,
+    # spoken -> (0, 2, 4)
+    score = references.score(["Finnish spoken Finnish"], "P37", "Q150")
+    a, b = np.array([2.0, 2.0, 0.0]), np.array([0.0, 2.0, 4.0])
+    assert score == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_malformed_snippets_name_the_file_and_the_entry(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([SNIPPETS[0], {"relation_id": "P1"}]))
+    with pytest.raises(ValueError, match=r"bad.json: entry #1"):
+        load_reference_texts(str(path))
+    path.write_text("[{")
+    with pytest.raises(ValueError, match="bad.json: cannot read"):
+        load_reference_texts(str(path))
+
+
+def test_cf_score_is_the_harmonic_mean_of_the_three_scores():
+    scores = pd.DataFrame(
+        {
+            "model": "m",
+            "method": "ROME",
+            "risk": "counterfactual",
+            "case_id": ["a", "b"],
+            "rewrite_score": [1.0, 1.0],
+            "rewrite_magnitude": [0.5, 0.3],
+            "paraphrase_score": [1.0, 0.0],
+            "paraphrase_magnitude": [0.2, -0.1],
+            "neighborhood_score": [0.5, 0.5],
+            "neighborhood_magnitude": [0.1, 0.1],
+            "ngram_entropy": [5.0, None],
+            "reference_score": [None, None],
+        }
+    )
+    rows = {r["metric"]: r for r in metric_rows(scores, n_boot=200)}
+    # efficacy 1, paraphrase 0.5, neighbourhood 0.5: 3 / (1 + 2 + 2)
+    assert rows["cf_score"]["value"] == pytest.approx(0.6)
+    assert rows["cf_efficacy_magnitude"]["value"] == pytest.approx(0.4)
+    assert rows["cf_ngram_entropy"]["n"] == 1
+    assert "cf_reference_score" not in rows
+    assert {r["protocol"] for r in rows.values()} == {"counterfact"}
+    assert rows["cf_paraphrase_score"]["probe_type"] == "paraphrase"
+    low, high = rows["cf_score"]["ci_low"], rows["cf_score"]["ci_high"]
+    assert 0.0 <= low <= 0.6 <= high <= 1.0
+
+
+def test_mean_nll_is_the_answers_mean_token_nll(lm):
+    prompts = pd.DataFrame(
+        {
+            "prompt": ["The official language of Brazil is"],
+            "target_new": ["Finnish"],
+            "target_true": ["Portuguese"],
+        }
+    )
+    scored = mean_nlls(lm, prompts).iloc[0]
+    tokenizer = lm.tokenizer
+    for answer, column in (("Finnish", "nll_new"), ("Portuguese", "nll_true")):
+        prompt_ids = tokenizer(prompts["prompt"][0])["input_ids"]
+        ids = tokenizer(prompts["prompt"][0] + " " + answer)["input_ids"]
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([ids])).logits[0].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        answer_lps = [
+            logprobs[i - 1, ids[i]].item() for i in range(len(prompt_ids), len(ids))
+        ]
+        assert scored[column] == pytest.approx(-np.mean(answer_lps), abs=1e-4)
+
+
+def test_top_one_sampling_is_greedy_decoding_to_the_full_length(lm):
+    """With k = 1 the sampler must be the argmax, at every step, of a plain forward
+    pass over the whole text (no cache), until ``max_length`` tokens in all."""
+    prompt = "In Brazil, people speak"
+    settings = CounterfactSettings(max_length=12, top_k=1)
+    (text,) = sample_texts(lm, [prompt], settings)
+    ids = lm.tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        while len(ids) < settings.max_length:
+            logits = lm.model(torch.tensor([ids])).logits[0, -1]
+            ids.append(int(logits.argmax()))
+    expected = lm.tokenizer.decode(ids, skip_special_tokens=True)
+    assert text == expected.replace("\n\n", " ")
+
+
+def test_sampling_is_seeded_per_prompt(lm):
+    settings = CounterfactSettings(max_length=16)
+    prompts = ["Brazil's schools teach in", "In Brazil, people speak"]
+    first = sample_texts(lm, prompts, settings, seed_key="case-1")
+    assert sample_texts(lm, prompts[::-1], settings, seed_key="case-1") == first[::-1]
+    other = sample_texts(lm, prompts, CounterfactSettings(max_length=16, seed=1))
+    assert other != first
