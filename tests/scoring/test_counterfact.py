@@ -48,7 +48,10 @@ def test_ngram_entropy_of_a_hand_worked_text():
     assert ngram_entropy("a b a b") == pytest.approx((2 / 3 * h2 + 4 / 3 * h3) / 2)
     # a repeated word: one 2-gram and one 3-gram, no uncertainty at all
     assert ngram_entropy("go go go go go") == 0.0
-    assert math.isnan(ngram_entropy("too short"))
+    # a b c: 2-grams ab, bc (1 bit); one 3-gram (0 bits)
+    assert ngram_entropy("a b c") == pytest.approx((2 / 3 * 1.0 + 4 / 3 * 0.0) / 2)
+    # too short for any 3-gram: that entropy is 0, ROME's sum over no n-grams
+    assert ngram_entropy("two words") == 0.0
 
 
 def nll_frame(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:

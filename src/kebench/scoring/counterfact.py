@@ -199,14 +199,12 @@ def words(text: str) -> list[str]:
 
 def ngram_entropy(text: str) -> float:
     """ROME's n-gram entropy of one text: the mean of (2/3)·H₂ and (4/3)·H₃, in bits.
-    A text with fewer than three words has no 3-grams: NaN."""
+    A text too short for any n-gram has entropy 0 for that n, as in ROME."""
     tokens = words(text)
     weighted = []
     for n, weight in NGRAM_WEIGHTS.items():
         counts = np.array(list(Counter(zip(*(tokens[i:] for i in range(n)))).values()))
-        if counts.size == 0:
-            return float("nan")
-        freqs = counts / counts.sum()
+        freqs = counts / max(counts.sum(), 1)
         weighted.append(weight * float(-(freqs * np.log2(freqs)).sum()))
     return float(np.mean(weighted))
 
@@ -304,7 +302,7 @@ def case_scores(
         texts = generated.get(case_id, [])
         first = part.iloc[0]
         row["ngram_entropy"] = (
-            float(np.nanmean([ngram_entropy(t) for t in texts])) if texts else None
+            float(np.mean([ngram_entropy(t) for t in texts])) if texts else None
         )
         row["reference_score"] = (
             references.score(texts, first["relation_id"], first["target_new_id"])
