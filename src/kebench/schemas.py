@@ -213,7 +213,7 @@ PROBES = pa.DataFrameSchema(
 )
 
 # Known premises (issue 13): the facts a probe rests on, asked of the base model.
-PREMISE_KINDS = ("edit_fact", "premise")
+PREMISE_KINDS = ("edit_fact", "premise", "condition")
 
 # A dataset's own probes, as its reader finds them (kebench.kg.edit_cases): ``text``
 # is scored as it is (``as_is``: CounterFact's and zsRE's prompts) or put in the QA
@@ -233,6 +233,9 @@ DATASET_PROBES = pa.DataFrameSchema(
         "aliases_old": pa.Column(str),
         "aliases_new": pa.Column(str),
         "hops": pa.Column(int, pa.Check.ge(1)),
+        # JSON list of the facts the base model must know for the probe to be fair
+        # (RippleEdits' condition_queries): {subject, relation, prompt, answer, aliases}
+        "premises": pa.Column(str),
     },
     checks=[LOCALITY_UNCHANGED],
     strict=True,
@@ -268,7 +271,8 @@ PREMISE_PROBES = pa.DataFrameSchema(
         "probe_id": pa.Column(str),  # the direct or entailed probe that rests on it
         "case_id": pa.Column(str),
         # edit_fact: the edit's original fact (a direct probe); premise: a KG fact of
-        # an entailed probe's derivation, other than the edit
+        # an entailed probe's derivation, other than the edit; condition: a fact the
+        # dataset says its probe needs (RippleEdits' condition_queries)
         "kind": pa.Column(str, pa.Check.isin(PREMISE_KINDS)),
         "subject": pa.Column(str),
         "relation": pa.Column(str),

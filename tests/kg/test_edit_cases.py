@@ -394,6 +394,25 @@ def test_rippleedits_tests_become_probes():
     two_hop = first.loc["multihop"]
     assert (two_hop["answer_new"], two_hop["hops"]) == ("Damascus", 2)
     assert pd.isna(two_hop["answer_old"])
+    # the test's condition queries are the probe's premises (RippleEdits checks them
+    # on the unedited model before it runs the test)
+    assert json.loads(two_hop["premises"]) == [
+        {
+            "subject": "Q858",
+            "relation": "CAPITAL",
+            "prompt": "The capital of Syria is",
+            "answer": "Damascus",
+            "aliases": [],
+        },
+        {
+            "subject": "Q38111",
+            "relation": "COUNTRY_OF_CITIZENSHIP",
+            "prompt": "The citizenship of Leonardo DiCaprio is",
+            "answer": "Syria",
+            "aliases": [],
+        },
+    ]
+    assert json.loads(first.loc["locality", "premises"]) == []
     assert probes_of(probes, "ripple-popular-1", "locality") == [
         ("The citizenship of Marie Curie is", "France", "France", "Forgetfulness")
     ]

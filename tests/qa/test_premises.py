@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from kebench.qa.premises import premise_probes
+from kebench.qa.premises import condition_rows, premise_probes
 from kebench.qa.verbaliser import Verbaliser
 from tests.qa.kgs import DBO, edit_row, kg
 
@@ -146,3 +146,59 @@ def test_the_draw_is_seeded():
     assert draw(0) == draw(0)
     assert draw(0) != draw(1)
     assert len(json.loads(draw(0))) == 5  # Canada + 4 drawn
+
+
+def condition(subject: str, relation: str, prompt: str, answer: str, *aliases: str):
+    return {
+        "subject": subject,
+        "relation": relation,
+        "prompt": prompt,
+        "answer": answer,
+        "aliases": list(aliases),
+    }
+
+
+def test_a_datasets_conditions_become_premises_of_the_probes_they_name():
+    capital = condition("Q858", "CAPITAL", "The capital of Syria is", "Damascus")
+    rome = condition("Q38", "CAPITAL", "The capital of Italy is", "Rome", "Roma")
+    paris = condition("Q142", "CAPITAL", "The capital of France is", "Paris")
+    citizen = condition("Q1", "CITIZEN", "The citizenship of Leo is", "Syria")
+    dataset_probes = pd.DataFrame(
+        {
+            "case_id": ["r1", "r1", "r2"],
+            "probe_type": ["multihop", "locality", "multihop"],
+            "text": ["Leo's capital is", "Leo's mother is", "Ada's capital is"],
+            "answer_new": ["Damascus", "Irmelin", "Rome"],
+            "premises": [
+                json.dumps([capital, citizen]),
+                "[]",
+                json.dumps([rome, paris]),
+            ],
+        }
+    )
+    probes = pd.DataFrame(
+        {
+            "probe_id": ["r1/multihop/0", "r1/locality/0", "r2/multihop/0"],
+            "case_id": ["r1", "r1", "r2"],
+            "probe_type": ["multihop", "locality", "multihop"],
+            "prompt": ["Leo's capital is", "Leo's mother is", "Ada's capital is"],
+            "question": [None, None, None],
+            "answer_new": ["Damascus", "Irmelin", "Rome"],
+        }
+    )
+    rows = condition_rows(probes, dataset_probes, n_candidates=5, seed=0)
+    by_prompt = {(r["probe_id"], r["prompt"]): r for r in rows}
+    assert sorted(by_prompt) == [
+        ("r1/multihop/0", "The capital of Syria is"),
+        ("r1/multihop/0", "The citizenship of Leo is"),
+        ("r2/multihop/0", "The capital of France is"),
+        ("r2/multihop/0", "The capital of Italy is"),
+    ]
+    assert {r["kind"] for r in rows} == {"condition"}
+    # candidates: the other answers of the relation (aliases included), never one's own
+    syria = by_prompt[("r1/multihop/0", "The capital of Syria is")]
+    assert sorted(syria["candidates"]) == ["Paris", "Roma", "Rome"]
+    italy = by_prompt[("r2/multihop/0", "The capital of Italy is")]
+    assert sorted(italy["candidates"]) == ["Damascus", "Paris"]
+    # the only fact of its relation has nothing to beat
+    assert by_prompt[("r1/multihop/0", "The citizenship of Leo is")]["candidates"] == []

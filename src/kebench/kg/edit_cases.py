@@ -537,6 +537,7 @@ def _probe(  # noqa: PLR0913 - one dataset probe's fields
     answers: tuple[str | None, str],
     aliases: tuple[list[str], list[str]] = ([], []),
     hops: int = 1,
+    premises: Sequence[Mapping[str, Any]] = (),
 ) -> dict:
     return {
         "case_id": case_id,
@@ -549,6 +550,7 @@ def _probe(  # noqa: PLR0913 - one dataset probe's fields
         "aliases_old": json.dumps(aliases[0], ensure_ascii=False),
         "aliases_new": json.dumps(aliases[1], ensure_ascii=False),
         "hops": hops,
+        "premises": json.dumps(list(premises), ensure_ascii=False),
     }
 
 
@@ -660,10 +662,33 @@ def _ripple_answers(query: Mapping[str, Any]) -> tuple[str, list[str]] | None:
     return names[0], list(dict.fromkeys(o for o in others if o != names[0]))
 
 
+def _ripple_conditions(test: Mapping[str, Any]) -> list[dict]:
+    """A RippleEdits test's ``condition_queries``: the facts RippleEdits checks on the
+    unedited model before it runs the test (a test whose condition the model fails is
+    not executed), as premises of the test's probes."""
+    conditions = []
+    for query in test.get("condition_queries") or []:
+        found = _ripple_answers(query) if isinstance(query, dict) else None
+        text = _text(query.get("prompt")) if isinstance(query, dict) else None
+        if found is None or text is None:
+            continue
+        premise = {
+            "subject": str(query.get("subject_id") or ""),
+            "relation": _text(query.get("relation")) or UNKNOWN_RELATION,
+            "prompt": text,
+            "answer": found[0],
+            "aliases": found[1],
+        }
+        if premise not in conditions:  # RippleEdits repeats some conditions
+            conditions.append(premise)
+    return conditions
+
+
 def _ripple_probes_reader(raw: RawEditCases) -> ProbeReader:
     """RippleEdits' test queries as probes (``RIPPLE_TESTS``). They state only the
     edited world's answer: the old one is known only where it must not change, and
-    for the edit asked through an alias of its subject."""
+    for the edit asked through an alias of its subject. Each carries its test's
+    conditions as premises (``_ripple_conditions``)."""
     phrases = ripple_phrases(raw.records)
 
     def read(raw: RawEditCases, index: int, record: dict) -> list[dict]:
@@ -673,6 +698,7 @@ def _ripple_probes_reader(raw: RawEditCases) -> ProbeReader:
         probes = []
         for name, probe_type in RIPPLE_TESTS.items():
             for test in record.get(name) or []:
+                conditions = _ripple_conditions(test or {})
                 for query in (test or {}).get("test_queries") or []:
                     found = _ripple_answers(query)
                     text = _text(query.get("prompt"))
@@ -690,6 +716,7 @@ def _ripple_probes_reader(raw: RawEditCases) -> ProbeReader:
                             answers=(old, answer),
                             aliases=(aliases if old == answer else [], aliases),
                             hops=2 if probe_type == "multihop" else 1,
+                            premises=conditions,
                         )
                     )
         return probes

@@ -15,7 +15,7 @@ import hashlib
 import json
 import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -24,23 +24,37 @@ from kebench.qa.entailment import edit_relations
 from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import PREMISE_PROBES
 
-KINDS = ("edit_fact", "premise")
+KINDS = ("edit_fact", "premise", "condition")
 
 
 class _Answers:
-    """Per relation, the KG's distinct answers; per (subject label, relation), the true
-    ones."""
+    """Per relation, the distinct answers of some facts; per (subject, relation), the
+    true ones."""
 
-    def __init__(self, kg_triples: pd.DataFrame) -> None:
+    def __init__(self, facts: Iterable[tuple[str, str, Iterable[str]]]) -> None:
+        """``facts``: (subject, relation, its true answers: an answer and aliases)."""
         self.of_relation: dict[str, list[str]] = defaultdict(list)
         self.true: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for subject, relation, answers in facts:
+            self.true[(subject, relation)].update(answers)
+        by_relation: dict[str, set[str]] = defaultdict(set)
+        for (_, relation), answers in self.true.items():
+            by_relation[relation].update(answers)
+        self.of_relation.update({r: sorted(a) for r, a in by_relation.items()})
+
+    @classmethod
+    def of_kg(cls, kg_triples: pd.DataFrame) -> _Answers:
+        """The KG's entity facts, by subject label and predicate local name."""
         entities = kg_triples[~kg_triples["o_is_literal"]]
-        for s, r, o in zip(
-            entities["s_label"], entities["p_local"], entities["o_label"], strict=True
-        ):
-            self.true[(s, r)].add(o)
-        for relation, part in entities.groupby("p_local"):
-            self.of_relation[relation] = sorted(set(part["o_label"]))
+        return cls(
+            (s, r, [o])
+            for s, r, o in zip(
+                entities["s_label"],
+                entities["p_local"],
+                entities["o_label"],
+                strict=True,
+            )
+        )
 
     def candidates(
         self, subject: str, relations: Sequence[str], n: int, seed: int
@@ -82,12 +96,14 @@ def premise_probes(  # noqa: PLR0913 - the tables a premise is read from, and se
     relations: Mapping[str, Mapping[str, Any]],
     n_candidates: int,
     seed: int,
+    dataset_probes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per (probe, premise): the premise as a cloze, its KG answer and the
     candidates it must beat. A direct probe's premise is the edit's original fact; an
     entailed probe's are its derivation's KG facts (none: the probe rests on the edit
-    alone). Injected claims have no original fact and no premise."""
-    answers = _Answers(kg_triples)
+    alone). Injected claims have no original fact and no premise. A dataset's own
+    probes add the conditions the dataset names (``condition_rows``)."""
+    answers = _Answers.of_kg(kg_triples)
     rows = []
     edits = edit_requests.set_index("case_id")
     direct = probes[(probes["probe_type"] == "direct") & probes["answer_old"].notna()]
@@ -134,8 +150,55 @@ def premise_probes(  # noqa: PLR0913 - the tables a premise is read from, and se
                     ),
                 }
             )
+    if dataset_probes is not None:
+        rows += condition_rows(probes, dataset_probes, n_candidates, seed)
     frame = pd.DataFrame(rows, columns=list(PREMISE_PROBES.columns))
     frame["candidates"] = frame["candidates"].map(
         lambda c: json.dumps(list(c), ensure_ascii=False)
     )
     return PREMISE_PROBES.validate(frame)
+
+
+def condition_rows(
+    probes: pd.DataFrame, dataset_probes: pd.DataFrame, n_candidates: int, seed: int
+) -> list[dict]:
+    """Premise rows (kind ``condition``) of the dataset probes that name conditions
+    (``DATASET_PROBES.premises``: RippleEdits' ``condition_queries``), for the probes
+    they became. A condition's candidates are the answers of the dataset's other
+    conditions of its relation, never its own answer or an alias of it."""
+    wanted = dataset_probes[dataset_probes["premises"] != "[]"]
+    if wanted.empty:
+        return []
+    conditions = wanted.assign(premises=wanted["premises"].map(json.loads))
+    answers = _Answers(
+        (c["subject"], c["relation"], [c["answer"], *c["aliases"]])
+        for premises in conditions["premises"]
+        for c in premises
+    )
+    # the probe a dataset probe became: same case, type, text and answer
+    keyed = probes.assign(text=probes["question"].fillna(probes["prompt"]))
+    joined = conditions.merge(
+        keyed[["case_id", "probe_type", "text", "answer_new", "probe_id"]],
+        on=["case_id", "probe_type", "text", "answer_new"],
+    )
+    rows = []
+    for probe in joined.to_dict("records"):
+        for condition in probe["premises"]:
+            rows.append(
+                {
+                    "probe_id": probe["probe_id"],
+                    "case_id": probe["case_id"],
+                    "kind": "condition",
+                    "subject": condition["subject"],
+                    "relation": condition["relation"],
+                    "prompt": condition["prompt"],
+                    "answer": condition["answer"],
+                    "candidates": answers.candidates(
+                        condition["subject"],
+                        [condition["relation"]],
+                        n_candidates,
+                        seed,
+                    ),
+                }
+            )
+    return rows

@@ -62,7 +62,8 @@ def known_probes(premise_knowledge: pd.DataFrame, probes: pd.DataFrame) -> pd.Se
     """Per probe id of ``probes``: True when all its premises are known.
 
     Direct probes are judged on the edit's original fact; entailed probes on their
-    derivation's premises (none: True); other probe types are not judged (NA).
+    derivation's premises (none: True); any probe on the conditions its dataset names
+    (RippleEdits' ``condition_queries``); other probes are not judged (NA).
     """
     known = premise_knowledge.groupby("probe_id")["known"].all()
     flags = pd.Series(pd.NA, index=probes["probe_id"], dtype="boolean")

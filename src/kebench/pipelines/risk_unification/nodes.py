@@ -104,6 +104,7 @@ def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
 
 def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
+    dataset_probes: pd.DataFrame,
     entailed_questions: pd.DataFrame,
     entailed_facts: pd.DataFrame,
     edit_requests: pd.DataFrame,
@@ -112,8 +113,9 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     qa_params: dict[str, Any],
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """The facts each direct and entailed probe rests on, as cloze probes with the
-    candidates the KG's answer must beat (scored on the base model in evaluation)."""
+    """The facts each direct and entailed probe rests on, and those a dataset names
+    for its own probes, as cloze probes with the candidates the answer must beat
+    (scored on the base model in evaluation)."""
     verbaliser = Verbaliser.configured(
         qa_params["relation_templates"], relations, qa_params["mquake_templates_dir"]
     )
@@ -128,4 +130,5 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         relations=relations,
         n_candidates=settings["n_candidates"],
         seed=settings["seed"],
+        dataset_probes=dataset_probes,
     )

@@ -80,6 +80,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 func=collect_premise_probes,
                 inputs=[
                     "probes",
+                    "dataset_probes",
                     "entailed_questions",
                     "entailed_facts",
                     "edit_requests",
