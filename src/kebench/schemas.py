@@ -104,6 +104,20 @@ RULES = pa.DataFrameSchema(
     name="rules",
 )
 
+# Other names of the KG's entities (kebench.kg.aliases): their labels and names, the
+# labels of pages that redirect to them, and of resources they are sameAs.
+ENTITY_ALIASES = pa.DataFrameSchema(
+    {
+        "uri": pa.Column(str),
+        "alias": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "via": pa.Column(str, pa.Check.isin(["label", "redirect", "same_as"])),
+    },
+    unique=["uri", "alias"],
+    strict=True,
+    coerce=True,
+    name="entity_aliases",
+)
+
 ENTAILED_FACTS = pa.DataFrameSchema(
     {
         "fact_id": pa.Column(str, unique=True),

@@ -6,6 +6,7 @@ is") or a question in the configured QA format ("Question: ...\\nAnswer:").
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -259,6 +260,33 @@ def injection_probes(
         if frames
         else pd.DataFrame(columns=COLUMNS)
     )
+
+
+def with_kg_aliases(
+    probes: pd.DataFrame, aliases: Mapping[str, Sequence[str]]
+) -> pd.DataFrame:
+    """``probes`` whose answers also accept the KG's other names of them
+    (``aliases``: answer label -> names, ``kebench.kg.aliases.aliases_by_label``),
+    after the dataset's own aliases."""
+
+    def merged(answer: object, current: object) -> str | None:
+        names = json.loads(current) if isinstance(current, str) else []
+        if isinstance(answer, str):
+            names += [a for a in aliases.get(answer, ()) if a != answer]
+        if not names and not isinstance(current, str):
+            return None
+        return json.dumps(list(dict.fromkeys(names)), ensure_ascii=False)
+
+    columns = {
+        f"aliases_{side}": [
+            merged(answer, current)
+            for answer, current in zip(
+                probes[f"answer_{side}"], probes[f"aliases_{side}"], strict=True
+            )
+        ]
+        for side in ("old", "new")
+    }
+    return probes.assign(**columns)
 
 
 def unify_probes(parts: list[pd.DataFrame]) -> pd.DataFrame:

@@ -129,6 +129,12 @@ def test_paper_kg_over_http_equals_embedded(data_dir, tmp_path):
     pd.testing.assert_frame_equal(
         http.load("entity_links"), embedded.load("entity_links")
     )
+    # the answers' other names: the same over HTTP, and the dump's foaf:name gives
+    # New York City its common name
+    aliases = embedded.load("entity_aliases")
+    pd.testing.assert_frame_equal(http.load("entity_aliases"), aliases)
+    nyc = aliases[aliases["uri"] == "http://dbpedia.org/resource/New_York_City"]
+    assert "New York" in set(nyc["alias"])
     coverage = http.load("kg_coverage")
     assert coverage["endpoint"] == url
     assert coverage["subjects_linked_pct"] > 90

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import pandas as pd
 
+from kebench.kg.aliases import AliasSettings, answer_entities, fetch_aliases
 from kebench.kg.amie_export import to_amie_frame
 from kebench.kg.edit_cases import RawEditCases, RelationCatalog, parse_edit_cases
 from kebench.kg.linking import link_mentions
@@ -84,6 +86,21 @@ def query_neighbourhood(
     )
 
 
+def fetch_entity_aliases(
+    edit_requests: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    sparql_endpoint: SparqlEndpoint,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """``entity_aliases``: the KG's other names of every entity that can be an
+    answer."""
+    return fetch_aliases(
+        answer_entities(kg_triples, edit_requests),
+        sparql_endpoint,
+        AliasSettings.from_params(params["aliases"], params["lang"]),
+    )
+
+
 def export_amie_triples(
     kg_triples: pd.DataFrame, params: dict[str, Any]
 ) -> pd.DataFrame:
@@ -96,17 +113,23 @@ def select_rdf_columns(kg_triples: pd.DataFrame) -> pd.DataFrame:
     return kg_triples[["s", "p", "o", "o_is_literal", "o_lang"]]
 
 
-def report_kg_coverage(
+def report_kg_coverage(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     edit_requests: pd.DataFrame,
     entity_links: pd.DataFrame,
     kg_triples: pd.DataFrame,
+    entity_aliases: pd.DataFrame,
     sparql_endpoint: SparqlEndpoint,
+    params: dict[str, Any],
 ) -> dict[str, Any]:
-    """Coverage of the built KG: linked subjects, triples per entity, queries sent."""
+    """Coverage of the built KG: linked subjects, triples per entity, the answers'
+    aliases, and the queries sent (building the KG, and fetching the aliases)."""
     linked = entity_links.dropna(subset=["uri"])
     n_entities = linked["uri"].nunique()
     subjects = edit_requests["subject"].drop_duplicates()
     subjects_linked = edit_requests.drop_duplicates("subject")["subject_uri"].notna()
+    answers = answer_entities(kg_triples, edit_requests)
+    alias_queries = math.ceil(len(answers) / params["aliases"]["batch_size"])
+    build_queries = sparql_endpoint.queries_sent - alias_queries
     report = {
         "endpoint": sparql_endpoint.name,
         "edit_requests": len(edit_requests),
@@ -121,10 +144,13 @@ def report_kg_coverage(
         "triples": len(kg_triples),
         "triples_per_entity": round(len(kg_triples) / n_entities, 2),
         "relations": int(kg_triples["p"].nunique()),
+        "answer_entities": len(answers),
+        "answer_entities_with_aliases": int(entity_aliases["uri"].nunique()),
+        "aliases_by_kind": entity_aliases["via"].value_counts().to_dict(),
         "sparql_queries": sparql_endpoint.queries_sent,
-        "queries_per_linked_entity": round(
-            sparql_endpoint.queries_sent / n_entities, 4
-        ),
+        "alias_queries": alias_queries,
+        # the KG's own queries (linking, neighbourhood) per linked entity
+        "queries_per_linked_entity": round(build_queries / n_entities, 4),
     }
     logger.info("KG coverage: %s", report)
     return report

@@ -5,6 +5,7 @@ from kedro.pipeline import Node, Pipeline
 from kebench.pipelines.kg_build.nodes import (
     attach_entity_uris,
     export_amie_triples,
+    fetch_entity_aliases,
     find_mentions,
     link_entities,
     parse_edit_requests,
@@ -49,6 +50,17 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="query_neighbourhood",
             ),
             Node(
+                func=fetch_entity_aliases,
+                inputs=[
+                    "edit_requests",
+                    "kg_triples",
+                    "sparql_endpoint",
+                    "params:kg_build",
+                ],
+                outputs="entity_aliases",
+                name="fetch_entity_aliases",
+            ),
+            Node(
                 func=export_amie_triples,
                 inputs=["kg_triples", "params:kg_build"],
                 outputs="kg_triples_amie",
@@ -66,7 +78,9 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "edit_requests",
                     "entity_links",
                     "kg_triples",
+                    "entity_aliases",
                     "sparql_endpoint",
+                    "params:kg_build",
                 ],
                 outputs="kg_coverage",
                 name="report_kg_coverage",

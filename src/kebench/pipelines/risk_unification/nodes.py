@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from kebench.kg.aliases import aliases_by_label
 from kebench.kg.edit_cases import RawEditCases, counterfact_prompts, dataset_probes
 from kebench.qa.entailment import edit_relations
 from kebench.qa.premises import premise_probes
@@ -18,8 +19,10 @@ from kebench.qa.probes import (
     locality_probes,
     probe_summary,
     unify_probes,
+    with_kg_aliases,
 )
 from kebench.qa.verbaliser import Verbaliser
+from kebench.schemas import PROBES
 
 
 def collect_edit_probes(
@@ -86,15 +89,21 @@ def collect_injection_probes(
     )
 
 
-def unify_probe_table(
+def unify_probe_table(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     edit: pd.DataFrame,
     entailed: pd.DataFrame,
     dataset: pd.DataFrame,
     locality: pd.DataFrame,
     injection: pd.DataFrame,
+    entity_aliases: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    edit_requests: pd.DataFrame,
 ) -> pd.DataFrame:
-    """The one ``probes`` table, validated."""
-    return unify_probes([edit, entailed, dataset, locality, injection])
+    """The one ``probes`` table, validated, its answers' aliases completed with the
+    KG's other names of them."""
+    probes = unify_probes([edit, entailed, dataset, locality, injection])
+    aliases = aliases_by_label(entity_aliases, kg_triples, edit_requests)
+    return PROBES.validate(with_kg_aliases(probes, aliases))
 
 
 def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
@@ -104,7 +113,7 @@ def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
 
 def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
-    dataset_probes: pd.DataFrame,
+    raw_edit_cases: RawEditCases,
     entailed_questions: pd.DataFrame,
     entailed_facts: pd.DataFrame,
     edit_requests: pd.DataFrame,
@@ -130,5 +139,5 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         relations=relations,
         n_candidates=settings["n_candidates"],
         seed=settings["seed"],
-        dataset_probes=dataset_probes,
+        dataset_probes=dataset_probes(raw_edit_cases),
     )

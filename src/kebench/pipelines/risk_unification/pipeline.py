@@ -72,6 +72,9 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "dataset_probes",
                     "locality_probes",
                     "injection_probes",
+                    "entity_aliases",
+                    "kg_triples",
+                    "edit_requests",
                 ],
                 outputs="probes",
                 name="unify_probe_table",
@@ -80,7 +83,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 func=collect_premise_probes,
                 inputs=[
                     "probes",
-                    "dataset_probes",
+                    "raw_edit_cases",
                     "entailed_questions",
                     "entailed_facts",
                     "edit_requests",
