@@ -733,21 +733,26 @@ PROBE_READERS: dict[str, Callable[[RawEditCases], ProbeReader]] = {
 }
 
 
+def _record_rows(raw: RawEditCases, read: ProbeReader) -> list[dict]:
+    """``read``'s rows of every record; a record the edit reader would skip (not an
+    object, or invalid in a ``skip_invalid`` source) gives none."""
+    rows: list[dict] = []
+    for index, record in enumerate(raw.records):
+        if not isinstance(record, dict):
+            continue
+        try:
+            rows.extend(read(raw, index, record))
+        except EditCaseError:
+            if not raw.skip_invalid:
+                raise
+    return rows
+
+
 def dataset_probes(raw: RawEditCases) -> pd.DataFrame:
     """The dataset's own probes of each case (the module docstring); empty for
     formats that have none. Records the edit reader skips give none."""
     reader = PROBE_READERS.get(raw.format)
-    rows: list[dict] = []
-    if reader is not None:
-        read = reader(raw)
-        for index, record in enumerate(raw.records):
-            if not isinstance(record, dict):
-                continue
-            try:
-                rows.extend(read(raw, index, record))
-            except EditCaseError:
-                if not raw.skip_invalid:
-                    raise
+    rows = _record_rows(raw, reader(raw)) if reader is not None else []
     return DATASET_PROBES.validate(
         pd.DataFrame(rows, columns=list(DATASET_PROBES.columns))
     )
@@ -789,16 +794,11 @@ def counterfact_prompts(raw: RawEditCases) -> pd.DataFrame:
     """CounterFact's prompts of each edit, for its standard metrics
     (``kebench.scoring.counterfact``); empty for other formats. Records the edit
     reader skips give none."""
-    rows: list[dict] = []
-    if raw.format == "counterfact":
-        for index, record in enumerate(raw.records):
-            if not isinstance(record, dict):
-                continue
-            try:
-                rows.extend(_counterfact_prompt_rows(raw, index, record))
-            except EditCaseError:
-                if not raw.skip_invalid:
-                    raise
+    rows = (
+        _record_rows(raw, _counterfact_prompt_rows)
+        if raw.format == "counterfact"
+        else []
+    )
     frame = pd.DataFrame(
         rows,
         columns=[c for c in COUNTERFACT_PROMPTS.columns if c not in ("source", "risk")],
