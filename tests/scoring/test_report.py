@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kebench.scoring.report import protocol_table, report_markdown
+from kebench.scoring.report import counterfact_table, protocol_table, report_markdown
 
 
 def metric(probe_type, metric_name, protocol, value, population="itt"):  # noqa: PLR0913
@@ -70,3 +70,35 @@ def test_report_shows_the_protocol_gap():
         markdown
     )
     assert "60.0 [50.0, 70.0] (n=10)" in markdown
+
+
+def test_report_shows_counterfacts_standard_metrics_under_romes_names():
+    standard = pd.DataFrame(
+        [
+            metric("all", "cf_score", "counterfact", 0.5, population="ok_edits"),
+            metric("direct", "cf_efficacy_score", "counterfact", 0.9, "ok_edits"),
+            metric("generation", "cf_ngram_entropy", "counterfact", 6.2, "ok_edits"),
+        ]
+    )
+    table = counterfact_table(pd.concat([METRICS, standard]))
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert (row["S"], row["ES"], row["GE"]) == (0.5, 0.9, 6.2)
+    assert pd.isna(row["RS"])
+    assert counterfact_table(METRICS).empty
+    markdown = report_markdown(
+        pd.DataFrame(columns=["model", "method", "risk"]),
+        pd.DataFrame(),
+        pd.DataFrame(),
+        "t",
+        "itt",
+        semantics="consistent",
+        counterfact=table,
+    )
+    assert "## CounterFact's standard metrics" in markdown
+    # x100 as ROME prints them, the entropy too; a metric not computed is a dash
+    assert (
+        "| m | ROME | counterfactual | 50.0 [40.0, 60.0] (n=10) | "
+        "90.0 [80.0, 100.0] (n=10) | – |"
+    ) in markdown
+    assert "620.0 [610.0, 630.0] (n=10) | – |" in markdown

@@ -36,8 +36,7 @@ def headline_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
             f"unknown headline population {population!r}; use one of "
             f"{sorted(POPULATION_TEXT)}"
         )
-    keys = ["model", "method", "risk"]
-    table = None
+    parts = []
     for probe_type, metric, label in HEADLINE:
         form = "ok_edits" if metric == "locality" else population
         part = metrics[
@@ -46,10 +45,49 @@ def headline_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
             & (metrics["population"] == form)
             & metrics["protocol"].isin(HEADLINE_PROTOCOLS)
         ]
-        part = part.set_index(keys)[["value", "ci_low", "ci_high", "n"]]
+        parts.append((part, label))
+    return _side_by_side(parts).assign(population=population)
+
+
+def _side_by_side(parts: list[tuple[pd.DataFrame, str]]) -> pd.DataFrame:
+    """One row per (model, method, risk): each part's value, CI and n under its
+    label."""
+    keys = ["model", "method", "risk"]
+    table = None
+    for rows, label in parts:
+        part = rows.set_index(keys)[["value", "ci_low", "ci_high", "n"]]
         part.columns = [f"{label} {c}" if c != "value" else label for c in part.columns]
         table = part if table is None else table.join(part, how="outer")
-    return table.reset_index().assign(population=population)
+    return table.reset_index()
+
+
+# CounterFact's standard metrics under the names of ROME's tables
+# (kebench.scoring.counterfact)
+COUNTERFACT_COLUMNS = [
+    ("cf_score", "S"),
+    ("cf_efficacy_score", "ES"),
+    ("cf_paraphrase_score", "PS"),
+    ("cf_neighborhood_score", "NS"),
+    ("cf_efficacy_magnitude", "EM"),
+    ("cf_paraphrase_magnitude", "PM"),
+    ("cf_neighborhood_magnitude", "NM"),
+    ("cf_ngram_entropy", "GE"),
+    ("cf_reference_score", "RS"),
+]
+
+
+def counterfact_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """CounterFact's standard metrics per (model, method, risk), with CIs and n (the
+    edits); empty without them."""
+    chosen = metrics[metrics["protocol"] == "counterfact"]
+    if chosen.empty:
+        return pd.DataFrame(columns=["model", "method", "risk"])
+    return _side_by_side(
+        [
+            (chosen[chosen["metric"] == metric], label)
+            for metric, label in COUNTERFACT_COLUMNS
+        ]
+    )
 
 
 # The protocol table: one probe type's answer, teacher-forced and generated.
@@ -140,13 +178,15 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     *,
     semantics: str,
     protocols: pd.DataFrame | None = None,
+    counterfact: pd.DataFrame | None = None,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
     (``drops``: ``kebench.scoring.evaluate.drop_counts``). ``semantics``: how the
     entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md).
     ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
-    generated answers."""
+    generated answers; ``counterfact`` (``counterfact_table``), CounterFact's standard
+    metrics."""
     labels = [label for *_, label in HEADLINE]
     lines = [
         f"# {title}",
@@ -186,6 +226,24 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
             "verdict.",
             "",
             *_table(protocols, ["model", "method", "risk", "probe_type"], labels),
+        ]
+    if counterfact is not None and len(counterfact):
+        lines += [
+            "",
+            "## CounterFact's standard metrics",
+            "",
+            "As ROME's evaluation computes them (protocol `counterfact`, "
+            "docs/evaluation.md), ×100 as ROME's tables print them, n-gram entropy "
+            "(GE) included: S, the harmonic mean of the efficacy, paraphrase and "
+            "neighbourhood scores (ES, PS, NS, per-token probability comparisons); "
+            "their magnitudes (EM, PM, NM); GE; and the reference score (RS), with 95% "
+            "CIs over edits and n edits, on the edits that succeeded.",
+            "",
+            *_table(
+                counterfact,
+                ["model", "method", "risk"],
+                [label for _, label in COUNTERFACT_COLUMNS],
+            ),
         ]
     if len(failures):
         lines += [

@@ -107,3 +107,4 @@ def test_counterfact_metrics_of_every_method_and_the_unedited_model(
     assert {"cf_score", "cf_efficacy_score", "cf_ngram_entropy"} <= set(
         standard["metric"]
     )
+    assert "## CounterFact's standard metrics" in catalog.load("evaluation_report")

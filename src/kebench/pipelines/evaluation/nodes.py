@@ -48,6 +48,7 @@ from kebench.scoring.metrics import (
 )
 from kebench.scoring.premises import known_probes, known_share, premise_knowledge
 from kebench.scoring.report import (
+    counterfact_table,
     headline_table,
     plot_consistency_distribution,
     plot_direct_vs_entailed,
@@ -487,6 +488,7 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         population,
         semantics=consequence_semantics(entailed_facts),
         protocols=protocol_table(metrics, population),
+        counterfact=counterfact_table(metrics),
     )
     return (
         markdown,
