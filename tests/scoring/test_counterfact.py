@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -203,6 +204,28 @@ def test_mean_nll_is_the_answers_mean_token_nll(lm):
             logprobs[i - 1, ids[i]].item() for i in range(len(prompt_ids), len(ids))
         ]
         assert scored[column] == pytest.approx(-np.mean(answer_lps), abs=1e-4)
+
+
+ROME_NLLS = Path(__file__).parent / "data" / "rome_counterfact_nlls.json"
+RECORDS = Path(__file__).parents[1] / "kg" / "data" / "counterfact.json"
+
+
+def test_mean_nlls_equal_romes_own_on_the_counterfact_test_records(lm):
+    """ROME's test_batch_prediction, run as an oracle outside the repo, stored."""
+    reference = pd.DataFrame(json.loads(ROME_NLLS.read_text())["rows"])
+    rewrites = {
+        r["case_id"]: r["requested_rewrite"] for r in json.loads(RECORDS.read_text())
+    }
+    prompts = reference.assign(
+        target_new=reference["case_id"].map(lambda c: rewrites[c]["target_new"]["str"]),
+        target_true=reference["case_id"].map(
+            lambda c: rewrites[c]["target_true"]["str"]
+        ),
+    )
+    ours = mean_nlls(lm, prompts[["prompt", "target_new", "target_true"]])
+    assert len(ours) == 8  # noqa: PLR2004 - 1 + 2 + 2 and 1 + 1 + 1 prompts
+    np.testing.assert_allclose(ours["nll_new"], reference["nll_new"], atol=1e-4)
+    np.testing.assert_allclose(ours["nll_true"], reference["nll_true"], atol=1e-4)
 
 
 def test_top_one_sampling_is_greedy_decoding_to_the_full_length(lm):
