@@ -436,7 +436,7 @@ def score_shard(lm: LoadedModel, shard: CounterfactShard) -> pd.DataFrame:
     """``counterfact_scores`` rows of one shard's cases under its edited models."""
     parts = [
         score_cases(lm, selected, shard.settings, shard.references, prefix)
-        for selected, _deltas, prefix in applied_groups(
+        for selected, _cases, _deltas, prefix in applied_groups(
             lm, shard.prompts, shard.delta_groups(), f"CounterFact {shard.method}"
         )
     ]

@@ -157,10 +157,10 @@ def applied_groups(
     frame: pd.DataFrame,
     groups: Iterable[tuple[Sequence[str], Sequence[Delta]]],
     description: str,
-) -> Iterator[tuple[pd.DataFrame, Sequence[Delta], str]]:
-    """Each group's rows of ``frame`` (by ``case_id``), its deltas and their in-context
-    prefix, yielded while the deltas are applied to ``lm``; reverted, exactly, before
-    the next group. Groups without rows are skipped.
+) -> Iterator[tuple[pd.DataFrame, Sequence[str], Sequence[Delta], str]]:
+    """Each group's rows of ``frame`` (by ``case_id``), its cases, its deltas and their
+    in-context prefix, yielded while the deltas are applied to ``lm``; reverted,
+    exactly, before the next group. Groups without rows are skipped.
 
     Args:
         groups: ``(case_ids, deltas)``: the cases scored while ``deltas`` are applied
@@ -173,7 +173,7 @@ def applied_groups(
         with ExitStack() as stack:
             for delta in deltas:
                 stack.enter_context(delta_applied(lm.model, delta))
-            yield selected, deltas, joint_prefix(deltas)
+            yield selected, case_ids, deltas, joint_prefix(deltas)
 
 
 @torch.no_grad()
@@ -187,18 +187,19 @@ def edited_scores(
     """Scores of each group's probes with that group's deltas applied
     (``applied_groups``)."""
     parts = []
-    for selected, deltas, prefix in applied_groups(lm, probes, groups, description):
+    for selected, case_ids, deltas, prefix in applied_groups(
+        lm, probes, groups, description
+    ):
         try:
             parts.append(score_pass(lm, selected, prefix, settings))
         except ValueError as error:
             if not isinstance(error.__cause__, ContextOverflowError):
                 raise
             tokens = len(lm.tokenizer(prefix)["input_ids"])
-            cases = list(dict.fromkeys(selected["case_id"]))
-            named = ", ".join(cases[:5])
+            named = ", ".join(list(case_ids)[:5])
             raise ValueError(
                 f"the in-context prefix of {len(deltas)} edit(s), for cases "
-                f"{named} ({len(cases)} in all), takes {tokens} tokens: too "
+                f"{named} ({len(case_ids)} in all), takes {tokens} tokens: too "
                 f"many to ask every probe after it: {error}"
             ) from error
     if not parts:
