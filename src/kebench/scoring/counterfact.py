@@ -149,20 +149,20 @@ def sample_texts(
         budget = settings.max_length - len(tokenizer(prompt)["input_ids"])
         ids = tokenizer(prefix + prompt, return_tensors="pt")["input_ids"]
         ids = ids.to(model.device)
-        generator = torch.Generator(device=model.device)
-        generator.manual_seed(_seed(settings.seed, seed_key, prompt))
+        # the draw among the top k is made on the CPU: the same stream on any device
+        generator = torch.Generator().manual_seed(
+            _seed(settings.seed, seed_key, prompt)
+        )
         cache, tokens = DynamicCache(), []
         step = ids
         for _ in range(max(budget, 0)):
             out = model(input_ids=step, cache=cache, use_cache=True)
             probs = torch.softmax(out.logits[0, -1].float(), dim=-1)
             top = torch.topk(probs, min(settings.top_k, probs.numel()))
-            pick = torch.multinomial(
-                top.values / top.values.sum(), 1, generator=generator
-            )
-            token = top.indices[pick]
-            tokens.append(int(token))
-            step = token.view(1, 1)
+            weights = top.values.cpu()
+            pick = torch.multinomial(weights / weights.sum(), 1, generator=generator)
+            tokens.append(int(top.indices[int(pick)]))
+            step = torch.tensor([[tokens[-1]]], device=model.device)
         texts.append(
             _clean(prompt + tokenizer.decode(tokens, skip_special_tokens=True))
         )
