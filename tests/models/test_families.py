@@ -307,4 +307,10 @@ def test_the_value_optimisation_is_the_reference_loss_computed_plainly(
     )
     assert found.steps == settings.steps - 1
     assert float(expected.norm()) > 0
-    torch.testing.assert_close(found.delta, expected, rtol=1e-4, atol=1e-5)
+    # float32 sums in another order (templates batched, the prefix cached) differ
+    # by ~1e-7; Adam's step, g / sqrt(v), enlarges that in elements whose gradient
+    # is near zero, by as much as 4e-5 on some CPUs' kernels (qwen2 here, of
+    # elements of order 0.1 to 1): the tolerance is that, not the ~1e-1 a wrong loss
+    # term moves the value by
+    assert float(expected.abs().max()) > 0.1
+    torch.testing.assert_close(found.delta, expected, rtol=1e-3, atol=1e-4)
