@@ -55,16 +55,21 @@ def test_no_generation_gives_no_protocol_table():
     assert protocol_table(only_token, "itt").empty
 
 
-def test_report_shows_the_protocol_gap():
-    markdown = report_markdown(
+def report_with(**tables: pd.DataFrame) -> str:
+    """A report with an empty headline and no failures, and these optional tables."""
+    return report_markdown(
         pd.DataFrame(columns=["model", "method", "risk"]),
         pd.DataFrame(),
         pd.DataFrame(),
         "t",
         "itt",
         semantics="consistent",
-        protocols=protocol_table(METRICS, "itt"),
+        **tables,
     )
+
+
+def test_report_shows_the_protocol_gap():
+    markdown = report_with(protocols=protocol_table(METRICS, "itt"))
     assert "## Teacher-forced vs generated (the protocol gap)" in markdown
     assert "| m | ROME | counterfactual | entailed | 90.0 [80.0, 100.0] (n=10) |" in (
         markdown
@@ -86,15 +91,7 @@ def test_report_shows_counterfacts_standard_metrics_under_romes_names():
     assert (row["S"], row["ES"], row["GE"]) == (0.5, 0.9, 6.2)
     assert pd.isna(row["RS"])
     assert counterfact_table(METRICS).empty
-    markdown = report_markdown(
-        pd.DataFrame(columns=["model", "method", "risk"]),
-        pd.DataFrame(),
-        pd.DataFrame(),
-        "t",
-        "itt",
-        semantics="consistent",
-        counterfact=table,
-    )
+    markdown = report_with(counterfact=table)
     assert "## CounterFact's standard metrics" in markdown
     # x100 as ROME prints them, the entropy too; a metric not computed is a dash
     assert (
