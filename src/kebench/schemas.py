@@ -19,7 +19,10 @@ EDIT_REQUESTS = pa.DataFrameSchema(
         "relation_id": pa.Column(str),
         "relation_label": pa.Column(str),
         "prompt": pa.Column(str, pa.Check.str_contains(r"\{\}")),
-        "target_true": pa.Column(str, pa.Check.str_length(min_value=1)),
+        # None: the edit adds a fact and replaces none (RippleEdits' recent examples)
+        "target_true": pa.Column(
+            str, pa.Check.str_length(min_value=1), nullable=True
+        ),
         "target_new": pa.Column(str, pa.Check.str_length(min_value=1)),
         "question": pa.Column(str, nullable=True),
         "subject_uri": pa.Column(str, nullable=True),

@@ -341,32 +341,79 @@ def ripple(skip_invalid: bool = True) -> RawEditCases:
 
 def test_rippleedits_edits_from_the_phrases_its_files_share():
     requests = parse_edit_cases(ripple(), RELATIONS)
-    # the recent example adds a fact: no old answer, skipped
     assert list(requests["case_id"]) == [
         "ripple-popular-0",
         "ripple-popular-1",
         "ripple-random-0",
+        "ripple-recent-0",
     ]
     assert list(requests["subject"]) == [
         "Leonardo DiCaprio",
         "Marie Curie",
         "Haruki Murakami",
+        "Ada Limón",
     ]
     assert set(requests["prompt"]) == {"The citizenship of {} is"}
-    assert list(requests["target_true"]) == [
+    # the recent example adds a fact: it has no old target
+    assert list(requests["target_true"].iloc[:3]) == [
         "United States of America",
         "Poland",
         "Japan",
     ]
-    assert list(requests["target_new"]) == ["Syria", "Brazil", "Kenya"]
+    assert pd.isna(requests["target_true"].iloc[3])
+    assert list(requests["target_new"]) == ["Syria", "Brazil", "Kenya", "Ireland"]
     assert requests.iloc[0]["relation_label"] == "country of citizenship"
 
 
-def test_rippleedits_recent_example_names_its_file_and_record():
+def recent_edit(tmp_path, prompt: str, own_queries: list[dict]) -> RawEditCases:
+    """The test files' popular and random examples (for the phrases) beside one recent
+    example that adds the fact ``prompt`` and has ``own_queries`` as conditions."""
+    records = [
+        record
+        for name in ("popular", "random")
+        for record in json.loads((DATA / "rippleedits" / f"{name}.json").read_text())
+    ]
+    records.append(
+        {
+            "example_type": "recent",
+            "edit": {
+                "prompt": prompt,
+                "subject_id": "Q1",
+                "relation": "COUNTRY_OF_CITIZENSHIP",
+                "target_id": "Q27",
+            },
+            "Forgetfulness": [{"test_queries": [], "condition_queries": own_queries}],
+        }
+    )
+    path = tmp_path / "recent.json"
+    path.write_text(json.dumps(records))
+    return RawEditCases("r", "rippleedits", "counterfactual", str(path), records)
+
+
+def test_rippleedits_added_fact_subject_from_its_own_query(tmp_path):
+    # "is" is the phrase's last word and also inside the subject: the example's query
+    # of the subject tells where the subject ends
+    query = {
+        "prompt": "The citizenship of Tom is Here is",
+        "answers": [{"value": "Ireland", "aliases": []}],
+        "query_type": "regular",
+        "subject_id": "Q1",
+        "relation": "COUNTRY_OF_CITIZENSHIP",
+        "phrase": None,
+    }
+    raw = recent_edit(tmp_path, "The citizenship of Tom is Here is Ireland.", [query])
+    added = parse_edit_cases(raw, RELATIONS).iloc[-1]
+    assert (added["subject"], added["target_new"]) == ("Tom is Here", "Ireland")
+    assert pd.isna(added["target_true"])
+
+
+def test_rippleedits_added_fact_without_its_subject_names_the_record(tmp_path):
+    raw = recent_edit(tmp_path, "The citizenship of Tom is Here is Ireland.", [])
     with pytest.raises(
-        EditCaseError, match=r"recent\.json: record #0: the edit has no 'previous_fact'"
+        EditCaseError,
+        match=r"recent\.json: record #3: the edit adds a fact .* cannot be told apart",
     ):
-        parse_edit_cases(ripple(skip_invalid=False), RELATIONS)
+        parse_edit_cases(raw, RELATIONS)
 
 
 def test_rippleedits_tests_become_probes():
@@ -419,8 +466,17 @@ def test_rippleedits_tests_become_probes():
     assert probes_of(probes, "ripple-random-0", "entailed") == [
         ("Haruki Murakami holds a passport of", None, "Kenya", "Logical_Generalization")
     ]
-    # condition queries are not probes; the recent example gives none
-    assert len(probes) == 5  # noqa: PLR2004
+    # the added fact's two-hop query: the old answer is unknown, as for any two-hop
+    assert probes_of(probes, "ripple-recent-0", "multihop") == [
+        (
+            "The capital of the country Ada Limón is a citizen of is",
+            None,
+            "Dublin",
+            "Compositionality_I",
+        )
+    ]
+    # condition queries are not probes
+    assert len(probes) == 6  # noqa: PLR2004
     assert set(probes["style"]) == {"as_is"}
 
 

@@ -88,18 +88,27 @@ def test_variants_and_iris():
 def test_spacy_ruler_finds_kg_labels_in_questions(endpoint):
     edits = pd.DataFrame(
         {
-            "case_id": ["c1"],
-            "subject": ["Emmanuel Macron"],
-            "target_true": ["France"],
-            "target_new": ["United States"],
-            "prompt": ["{} is a citizen of"],
-            "question": ["What is the capital of france, where emmanuel macron lives?"],
+            "case_id": ["c1", "c2"],
+            "subject": ["Emmanuel Macron", "Paris"],
+            # c2 adds a fact: no old target to link
+            "target_true": ["France", None],
+            "target_new": ["United States", "France"],
+            "prompt": ["{} is a citizen of", "{} is a city of"],
+            "question": [
+                "What is the capital of france, where emmanuel macron lives?",
+                None,
+            ],
         }
     )
     nlp = build_entity_ruler(fetch_kg_labels(endpoint, 100) + ["Emmanuel Macron"])
     found = extract_mentions(edits, nlp)
     spacy_hits = set(found.loc[found["origin"] == "spacy", "mention"])
     assert {"france", "emmanuel macron", "Emmanuel Macron"} <= spacy_hits
+    given = found[(found["origin"] == "dataset") & (found["case_id"] == "c2")]
+    assert sorted(zip(given["field"], given["mention"], strict=True)) == [
+        ("subject", "Paris"),
+        ("target_new", "France"),
+    ]
 
 
 def test_neighbourhood_both_directions_filtered_and_capped(endpoint):

@@ -112,6 +112,12 @@ def test_frame_report_counts_bad_input():
                 "c2", "Atlantis", "P27", "United_States", "Canada"
             ),  # not in the KG
             edit_row("c3", "Spain", "P35", "Felipe_VI", "Willem-Alexander"),
+            # adds a fact (RippleEdits' recent examples): no world before to compare
+            {
+                **edit_row("c4", "Barack_Obama", "P27", "Canada", "Kenya"),
+                "target_true": None,
+                "target_true_uri": None,
+            },
         ]
     )
     facts, report = derive_entailed_facts(
@@ -122,8 +128,11 @@ def test_frame_report_counts_bad_input():
         **PAPER,
     )
     assert list(facts["case_id"]) == ["c1", "c3"]
-    assert report["edits_with_consequence_pct"] == pytest.approx(66.67)
-    assert report["edits_without_kg_fact"] == {"subject not linked to the KG": 1}
+    assert report["edits_with_consequence_pct"] == pytest.approx(50.0)
+    assert report["edits_without_kg_fact"] == {
+        "subject not linked to the KG": 1,
+        "the edit adds a fact: no old value to replace": 1,
+    }
     assert (
         report["consequences_skipped"]["rule names a relation absent from the KG"] == 1
     )

@@ -12,7 +12,8 @@ class EditRequest:
     """Make ``prompt`` with ``subject`` complete to ``target_new`` instead of ``target_true``.
 
     ``prompt`` is a cloze with ``{}`` where the subject goes (``{} is a citizen of``).
-    ``target_true`` is None for an injected claim, whose old answer nobody states.
+    ``target_true`` is None for an injected claim, whose old answer nobody states, and
+    for an edit that adds a fact.
     """
 
     case_id: str
@@ -46,7 +47,7 @@ def requests_from_frame(edit_requests: pd.DataFrame) -> list[EditRequest]:
             case_id=str(row.case_id),
             prompt=row.prompt,
             subject=row.subject,
-            target_true=row.target_true,
+            target_true=None if pd.isna(row.target_true) else row.target_true,
             target_new=row.target_new,
         )
         for row in edit_requests.itertuples(index=False)

@@ -367,30 +367,43 @@ def ripple_phrases(records: Sequence[Any]) -> dict[str, RelationPhrase]:
 
 
 def _ripple_fact(
-    phrase: RelationPhrase, new_prompt: str, old_prompt: str, where: str
-) -> tuple[str, str, str, str]:
-    """Subject, cloze ({} for the subject), old and new target of an edit stated as
-    ``<phrase(subject)> <new target>.`` beside its previous fact's prompt."""
+    phrase: RelationPhrase,
+    new_prompt: str,
+    stated: Callable[[str], bool] | None,
+    where: str,
+) -> tuple[str, str, str]:
+    """Subject, cloze ({} for the subject) and new target of an edit stated as
+    ``<phrase(subject)> <new target>.``.
+
+    The subject ends where the phrase goes on. ``stated(stem)`` says whether the
+    example phrases the subject as ``stem`` (= ``phrase(subject)``) elsewhere too; of
+    several such places (a subject that contains the phrase's words) the last is
+    taken. With nothing to compare (``stated`` None) there must be one place.
+    """
     start = len(phrase.before)
-    # the subject ends where the phrase goes on; of several such places (a subject
-    # that contains the phrase's words), the last one both prompts share
     ends = [
         end
         for end in range(start + 1, len(new_prompt))
         if new_prompt.startswith(phrase.after + " ", end)
-        and old_prompt.startswith(new_prompt[: end + len(phrase.after) + 1])
+        and (stated is None or stated(new_prompt[: end + len(phrase.after)]))
     ]
-    if new_prompt.startswith(phrase.before) and ends:
-        stem = len(phrase.after) + ends[-1] + 1
-        return (
-            new_prompt[start : ends[-1]],
-            phrase.before + "{}" + phrase.after,
-            old_prompt[stem:].removesuffix("."),
-            new_prompt[stem:].removesuffix("."),
+    if not (new_prompt.startswith(phrase.before) and ends):
+        raise EditCaseError(
+            f"{where}: cannot find the subject in {new_prompt!r} with its relation's "
+            f"phrase {phrase.before!r} ... {phrase.after!r}"
         )
-    raise EditCaseError(
-        f"{where}: cannot find the subject in {new_prompt!r} with its relation's "
-        f"phrase {phrase.before!r} ... {phrase.after!r}"
+    if stated is None and len(ends) > 1:
+        raise EditCaseError(
+            f"{where}: the edit adds a fact and no query of the example names its "
+            f"subject, and {new_prompt!r} holds its relation's phrase "
+            f"{phrase.after.strip()!r} {len(ends)} times: the subject and the target "
+            "cannot be told apart"
+        )
+    stem = ends[-1] + len(phrase.after) + 1
+    return (
+        new_prompt[start : ends[-1]],
+        phrase.before + "{}" + phrase.after,
+        new_prompt[stem:].removesuffix("."),
     )
 
 
@@ -433,28 +446,51 @@ def _ripple_edit(
     record: dict,
     phrases: Mapping[str, RelationPhrase],
     where: str,
-) -> tuple[str, str, str, str]:
+) -> tuple[str, str, str | None, str]:
+    """Subject, cloze, old target and new target of a RippleEdits edit. The old target
+    is None when the edit adds a fact (the recent examples: no ``previous_fact``)."""
     edit = record.get("edit")
     if not isinstance(edit, dict):
         raise EditCaseError(f"{where}: field 'edit' must be an object")
     relation = _require(edit, "relation", where)
-    previous = edit.get("previous_fact")
-    if not isinstance(previous, dict):
-        raise EditCaseError(
-            f"{where}: the edit has no 'previous_fact' (RippleEdits' recent examples "
-            "add a fact), so it has no old answer for an edit request"
-        )
     if relation not in phrases:
         raise EditCaseError(
             f"{where}: relation {relation!r} has plain queries of fewer than "
             f"{RIPPLE_MIN_SUBJECTS} subjects in {raw.path}: its phrase is unknown"
         )
-    return _ripple_fact(
+    new_prompt = _require(edit, "prompt", where)
+    previous = edit.get("previous_fact")
+    if previous is None:
+        subject, cloze, new = _ripple_fact(
+            phrases[relation], new_prompt, _added_fact_stems(record), where
+        )
+        return subject, cloze, None, new
+    if not isinstance(previous, dict):
+        raise EditCaseError(f"{where}: field 'edit.previous_fact' must be an object")
+    old_prompt = _require(previous, "prompt", f"{where}, previous_fact")
+    subject, cloze, new = _ripple_fact(
         phrases[relation],
-        _require(edit, "prompt", where),
-        _require(previous, "prompt", f"{where}, previous_fact"),
+        new_prompt,
+        lambda stem: old_prompt.startswith(stem + " "),
         where,
     )
+    stated = cloze.replace("{}", subject, 1)
+    return subject, cloze, old_prompt[len(stated) + 1 :].removesuffix("."), new
+
+
+def _added_fact_stems(record: dict) -> Callable[[str], bool] | None:
+    """Where an added fact's subject may end, with no previous fact to compare: at a
+    prompt of the example's own plain queries of the edit's subject and relation (its
+    conditions restate the edit); None when it has none."""
+    edit = record["edit"]
+    own = {
+        query.get("prompt")
+        for query in _ripple_queries(record)
+        if query.get("relation") == edit["relation"]
+        and query.get("subject_id") == edit.get("subject_id")
+        and query.get("phrase") is None
+    }
+    return own.__contains__ if own else None
 
 
 READERS: dict[str, RowReader] = {

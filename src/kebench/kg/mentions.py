@@ -56,6 +56,7 @@ def extract_mentions(edit_requests: pd.DataFrame, nlp: Language) -> pd.DataFrame
         for case_id, value in zip(
             edit_requests["case_id"], edit_requests[field], strict=True
         )
+        if isinstance(value, str)  # an added fact has no old target
     ]
     for field in TEXT_FIELDS:
         texts = [

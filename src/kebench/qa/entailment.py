@@ -58,6 +58,10 @@ def edited_facts(
     """
     if not isinstance(edit["subject_uri"], str):
         return [], "subject not linked to the KG"
+    if not isinstance(edit["target_true"], str):
+        # Both semantics compare the world before the edit, where (subject,
+        # relation) has the old value, with the world after it.
+        return [], "the edit adds a fact: no old value to replace"
     subject = local_name(edit["subject_uri"])
     if subject not in kg.entities:
         return [], "subject not in the KG"
@@ -126,6 +130,7 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two se
                 edit[field],
             )
             for field in ("target_true", "target_new")
+            if isinstance(edit[field], str)
         }
         entity = lambda local: kg.entities.get(local) or targets[local]  # noqa: E731
         labelled = lambda atoms: json.dumps(  # noqa: E731

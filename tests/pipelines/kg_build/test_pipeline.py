@@ -18,6 +18,8 @@ from kebench.project import run_pipeline
 from kebench.schemas import EDIT_REQUESTS, ENTITY_LINKS, KG_TRIPLES
 from tests.helpers import copy_project
 
+TESTS = Path(__file__).parents[2]
+
 DBO = "http://dbpedia.org/ontology/"
 
 
@@ -83,6 +85,54 @@ def test_demo_links_every_subject(demo_project):
     )
     assert coverage["subjects_linked_pct"] == 100.0
     assert coverage["queries_per_linked_entity"] <= 0.05
+
+
+def test_rippleedits_added_fact_goes_through_kg_build(tmp_path):
+    """A RippleEdits source whose recent example adds a fact (no old target) on the
+    demo KG: the old target is neither a mention nor linked, the rest is."""
+    root = copy_project(tmp_path)
+    files = [
+        str(TESTS / "kg" / "data" / "rippleedits" / f"{name}.json")
+        for name in ("popular", "random", "recent")
+    ]
+    # conf/local's `sources` replaces the base one in this copy: only this source
+    (root / "conf" / "local" / "globals.yml").write_text(
+        json.dumps(
+            {
+                "sources": {
+                    "ripple": {
+                        "edit_cases": {
+                            "filepath": files,
+                            "format": "rippleedits",
+                            "risk": "counterfactual",
+                        },
+                        "kg": {"kind": "embedded", "files": ["data/01_raw/demo/kg.nt"]},
+                    }
+                }
+            }
+        )
+    )
+    bootstrap_project(root)
+    with KedroSession.create(
+        project_path=root, runtime_params={"dataset": "ripple"}
+    ) as session:
+        session.run(pipeline_names=["kg_build"])
+    edits = pd.read_parquet(
+        root / "data/02_intermediate/ripple/edit_requests.parquet"
+    ).set_index("case_id")
+    added = edits.loc["ripple-recent-0"]
+    assert pd.isna(added["target_true"]) and pd.isna(added["target_true_uri"])
+    assert added["target_new_uri"] == "http://dbpedia.org/resource/Republic_of_Ireland"
+    replaced = edits.loc["ripple-random-0"]
+    assert replaced["target_true_uri"] == "http://dbpedia.org/resource/Japan"
+    mentions = pd.read_parquet(
+        root / "data/02_intermediate/ripple/entity_mentions.parquet"
+    )
+    assert set(mentions.loc[mentions["case_id"] == "ripple-recent-0", "field"]) == {
+        "subject",
+        "target_new",
+        "prompt",
+    }
 
 
 def rule_support(triples: pd.DataFrame, first: str, second: str, head: str) -> int:

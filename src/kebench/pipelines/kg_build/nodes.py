@@ -39,9 +39,9 @@ def find_mentions(
 ) -> pd.DataFrame:
     """Entity mentions: spaCy over prompts and questions, plus the dataset's entity fields."""
     labels = fetch_kg_labels(sparql_endpoint, params["kg_label_limit"], params["lang"])
-    dataset_entities = pd.concat(
-        [parsed_edit_requests[f] for f in ENTITY_FIELDS]
-    ).tolist()
+    dataset_entities = (
+        pd.concat([parsed_edit_requests[f] for f in ENTITY_FIELDS]).dropna().tolist()
+    )
     nlp = build_entity_ruler(labels + dataset_entities, params["spacy_model"])
     return extract_mentions(parsed_edit_requests, nlp)
 
