@@ -171,15 +171,35 @@ def test_kebench_covariance_is_the_one_easyedit_was_given(lm, context):
         assert math.isclose(float(moment.double().trace()), traces[path], rel_tol=1e-5)
 
 
+def kebench_edits_together(lm, method: str, context) -> list[Delta]:
+    """The reference edits computed in one go (``compute_each``), each as alone."""
+    record, _ = stored(method)
+    entry = get_method(method)
+    hparams = entry.hparams.from_dict(kebench_hparams(record), method)
+    return entry.compute_each(lm, reference().requests, hparams, context)
+
+
 @pytest.mark.model
-@pytest.mark.parametrize("method", ["ROME", "R-ROME", "MEMIT"])
-def test_locate_then_edit_matches_easyedit(lm, context, method):
+@pytest.mark.parametrize(
+    ("method", "together"),
+    [("ROME", False), ("ROME", True), ("R-ROME", False), ("R-ROME", True)]
+    + [("MEMIT", False)],
+)
+def test_locate_then_edit_matches_easyedit(lm, context, method, together):
+    """Each edit alone, and (ROME, R-ROME) the three computed together, as single
+    mode computes a shard's edits, against EasyEdit's one at a time."""
     record, tensors = stored(method)
+    requests = reference().requests
+    deltas = (
+        kebench_edits_together(lm, method, context)
+        if together
+        else [kebench_edit(lm, method, request, context) for request in requests]
+    )
     rows = []
-    for index, (request, edit) in enumerate(
-        zip(reference().requests, record["edits"], strict=True)
+    for index, (request, edit, kebench_delta) in enumerate(
+        zip(requests, record["edits"], deltas, strict=True)
     ):
-        ours = full_changes(lm, kebench_edit(lm, method, request, context))
+        ours = full_changes(lm, kebench_delta)
         theirs = full_changes(lm, easyedit_delta(index, edit, tensors))
         assert sorted(ours) == sorted(theirs), f"{request.case_id}: other parameters"
         dot = sum(float((ours[n] * theirs[n]).sum()) for n in theirs)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
+
 import pytest
 import torch
 
 from kebench.editing.delta import apply_delta, revert_delta
 from kebench.editing.interface import EditContext
 from kebench.editing.quality import measure_edits
+from kebench.editing.registry import get_method
 from kebench.editing.runner import make_job, run_job, select_methods
 from kebench.editing.store import DeltaStore, file_stem
 from kebench.schemas import EDIT_DELTAS
@@ -179,3 +183,71 @@ def test_a_rerun_skips_stored_edits_and_redoes_changed_ones(
         lm, demo[:1], [store.load(redone[0].row["delta_file"])], []
     )
     assert quality.edit_succ
+
+
+def delta_cosine(lm, first, second) -> float:
+    ours = {n: c.full(lm.model.get_parameter(n)) for n, c in first.params.items()}
+    theirs = {n: c.full(lm.model.get_parameter(n)) for n, c in second.params.items()}
+    dot = sum(float((ours[n] * theirs[n]).sum()) for n in theirs)
+    norms = [
+        sum(float(t.pow(2).sum()) for t in d.values()) ** 0.5 for d in (ours, theirs)
+    ]
+    return dot / (norms[0] * norms[1])
+
+
+@pytest.mark.model
+def test_single_mode_computes_a_group_of_edits_each_as_alone(
+    lm, demo, stats_dir, tmp_path, caplog
+):
+    """ROME's single-mode edits are computed value_batch at a time; each delta is the
+    one computed alone, and an edit that raises inside a group fails alone, named,
+    while the group's other edits are computed."""
+    caplog.set_level(logging.INFO, logger="kebench.editing.runner")
+    rome = get_method("ROME")
+
+    def refuse(requests):
+        if any(r.case_id == "refused" for r in requests):
+            raise ValueError("refused by the test's wrapper")
+
+    def compute(lm_, requests, hparams_, context):
+        refuse(requests)
+        return rome.compute(lm_, requests, hparams_, context)
+
+    def compute_each(lm_, requests, hparams_, context):
+        refuse(requests)
+        return rome.compute_each(lm_, requests, hparams_, context)
+
+    wrapped = replace(rome, compute=compute, compute_each=compute_each)
+    rome_hparams = project_hparams()["ROME"]
+    job = replace(make_job("ROME", rome_hparams, "single", "ROME"), method=wrapped)
+    # groups of two: the first computed together, the second falls back to one by one
+    requests = [demo[0], demo[2], replace(demo[1], case_id="refused"), demo[3]]
+    alone = run(
+        lm,
+        requests,
+        [job],
+        store=DeltaStore(tmp_path / "alone"),
+        context=EditContext(stats_dir, pool=demo, value_batch=1),
+    )
+    assert "together failed" not in caplog.text
+    together = run(
+        lm,
+        requests,
+        [job],
+        store=DeltaStore(tmp_path / "together"),
+        context=EditContext(stats_dir, pool=demo, value_batch=2),
+    )
+    assert caplog.text.count("2 edits together failed") == 1
+    for outcomes in (alone, together):
+        assert [
+            (o.row["case_id"], o.row["order"], o.row["status"]) for o in outcomes
+        ] == [
+            (demo[0].case_id, 0, "ok"),
+            (demo[2].case_id, 1, "ok"),
+            ("refused", 2, "failed"),
+            (demo[3].case_id, 3, "ok"),
+        ]
+        assert outcomes[2].row["reason"] == "ValueError: refused by the test's wrapper"
+    for one, grouped in zip(alone, together, strict=True):
+        if one.delta is not None:
+            assert delta_cosine(lm, one.delta, grouped.delta) > 0.99999  # noqa: PLR2004

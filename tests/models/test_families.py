@@ -9,6 +9,7 @@ the value optimisation of ROME and MEMIT equals the reference's loss computed pl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from kebench.editing.forward import get_module
 from kebench.editing.hparams import Architecture, HparamsFiles, resolve_hparams
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
-from kebench.editing.rewrite import ValueSettings, optimise_value
+from kebench.editing.rewrite import ValueSettings, optimise_values
 from kebench.models.loading import LoadedModel
 from kebench.models.registry import model_key
 from kebench.project import PROJECT_ROOT, load_config
@@ -189,10 +190,11 @@ def reference_value(  # noqa: PLR0913 - the edit and the optimisation's settings
     layer_path: str,
     init_norm: float,
     settings: ValueSettings,
-) -> torch.Tensor:
-    """δ of the reference's value optimisation, written plainly: one unpadded full
-    forward per text, δ added by a hook at the subject's last token (found by
-    character offsets), full logits, the loss as kmeng01/rome writes it."""
+) -> tuple[torch.Tensor, int]:
+    """δ of the reference's value optimisation, written plainly, and the updates it
+    made: one unpadded full forward per text, δ added by a hook at the subject's last
+    token (found by character offsets), full logits, the loss as kmeng01/rome writes
+    it; kebench's ``stop_loss`` on the NLL when set."""
     tokenizer, model = lm.tokenizer, lm.model
     d = model.get_output_embeddings().in_features
 
@@ -253,7 +255,8 @@ def reference_value(  # noqa: PLR0913 - the edit and the optimisation's settings
                 + settings.kl_factor * kl
                 + settings.weight_decay * delta.norm() / init_norm**2
             )
-            if loss < 5e-2 or step == settings.steps - 1:
+            stopped = settings.stop_loss is not None and nll < settings.stop_loss
+            if loss < 5e-2 or stopped or step == settings.steps - 1:
                 break
             optimiser.zero_grad()
             loss.backward()
@@ -264,7 +267,7 @@ def reference_value(  # noqa: PLR0913 - the edit and the optimisation's settings
                     delta.mul_(bound / delta.norm())
     finally:
         handle.remove()
-    return delta.detach()
+    return delta.detach(), step
 
 
 @pytest.mark.model
@@ -272,12 +275,14 @@ def reference_value(  # noqa: PLR0913 - the edit and the optimisation's settings
 def test_the_value_optimisation_is_the_reference_loss_computed_plainly(
     checkpoints, model_type
 ):
-    """optimise_value (prefix and lower layers cached, logits at the targets only)
-    against the plain reference above, on every family's architecture."""
+    """optimise_values (prefix and lower layers cached, logits at the targets only,
+    several edits in one batch) against the plain reference above, one edit at a time,
+    on every family's architecture. The stop on the NLL is set between the two edits'
+    NLLs after the first update, so that one edit stops before the other."""
     lm = tiny(checkpoints, model_type)
     values = derived(lm, "ROME")
     layer = values["layers"][0]
-    request = demo_requests()[0]
+    requests = demo_requests()[:2]
     templates = ["{}", "The weather today is mild. {}", "I think that. {}"]
     settings = ValueSettings(
         steps=4,
@@ -287,30 +292,46 @@ def test_the_value_optimisation_is_the_reference_loss_computed_plainly(
         clamp_norm_factor=4.0,
         stop_loss=None,
     )
-    init_norm = 3.0
-    expected = reference_value(
-        lm,
-        request,
-        templates,
-        layer_path=values["layer_module_tmp"].format(layer),
-        init_norm=init_norm,
-        settings=settings,
-    )
-    found = optimise_value(
-        lm,
-        request,
-        templates,
-        layer_tmp=values["layer_module_tmp"],
-        layer=layer,
-        init_norm=init_norm,
-        settings=settings,
-    )
-    assert found.steps == settings.steps - 1
-    assert float(expected.norm()) > 0
-    # float32 sums in another order (templates batched, the prefix cached) differ
-    # by ~1e-7; Adam's step, g / sqrt(v), enlarges that in elements whose gradient
-    # is near zero, by as much as 4e-5 on some CPUs' kernels (qwen2 here, of
-    # elements of order 0.1 to 1): the tolerance is that, not the ~1e-1 a wrong loss
-    # term moves the value by
-    assert float(expected.abs().max()) > 0.1
-    torch.testing.assert_close(found.delta, expected, rtol=1e-3, atol=1e-4)
+    init_norms = [3.0, 2.0]
+
+    def reference(index: int, settings: ValueSettings) -> tuple[torch.Tensor, int]:
+        return reference_value(
+            lm,
+            requests[index],
+            templates,
+            layer_path=values["layer_module_tmp"].format(layer),
+            init_norm=init_norms[index],
+            settings=settings,
+        )
+
+    def found(settings: ValueSettings) -> list:
+        return optimise_values(
+            lm,
+            requests,
+            templates,
+            layer_tmp=values["layer_module_tmp"],
+            layer=layer,
+            init_norms=init_norms,
+            settings=settings,
+            per_batch=2,
+        )
+
+    # after one update, each edit's NLL: a stop between them stops the lower one
+    one_step = found(replace(settings, steps=3))
+    low, high = sorted(result.nll for result in one_step)
+    assert low < high
+    stopping = replace(settings, stop_loss=(low + high) / 2)
+    for settings_now in (settings, stopping):
+        results = found(settings_now)
+        for index, result in enumerate(results):
+            expected, steps = reference(index, settings_now)
+            assert result.steps == steps
+            assert steps == 0 or float(expected.abs().max()) > 0.1
+            # float32 sums in another order (templates and edits batched, the prefix
+            # cached) differ by ~1e-7; Adam's step, g / sqrt(v), enlarges that in
+            # elements whose gradient is near zero, by as much as 4e-5 on some CPUs'
+            # kernels (qwen2 here, of elements of order 0.1 to 1): the tolerance is
+            # that, not the ~1e-1 a wrong loss term moves the value by
+            torch.testing.assert_close(result.delta, expected, rtol=1e-3, atol=1e-4)
+    taken = [result.steps for result in found(stopping)]
+    assert min(taken) < max(taken)  # one stopped, the other went on

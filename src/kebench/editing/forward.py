@@ -351,18 +351,3 @@ def logits_at(
         use_cache=False,
     ).last_hidden_state
     return model.get_output_embeddings()(hidden[rows, cols]).float()
-
-
-def add_at(
-    rows: torch.Tensor, cols: torch.Tensor, vector: torch.Tensor
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """An edit of hidden states (B, T, d) that adds ``vector`` at positions (rows, cols)."""
-
-    def edit(hidden: torch.Tensor) -> torch.Tensor:
-        mask = torch.zeros(
-            hidden.shape[:2] + (1,), dtype=hidden.dtype, device=hidden.device
-        )
-        mask[rows, cols] = 1
-        return hidden + mask * vector.to(hidden.dtype)
-
-    return edit

@@ -81,6 +81,9 @@ class EditContext:
         context_templates: context templates to use instead of sampling them, as
             groups whose first is ``["{}"]`` (the conformance harness gives both
             implementations the same ones); None samples them from the model.
+        value_batch: how many edits' target-value optimisations share one batch
+            (single-mode ROME edits computed together, MEMIT's batch): speed and
+            memory only, the values are the same up to float order.
     """
 
     stats_dir: Path
@@ -90,9 +93,11 @@ class EditContext:
     paraphrases: Mapping[str, Sequence[str]] = field(default_factory=dict)
     cache: dict[Any, Any] = field(default_factory=dict)
     context_templates: Sequence[Sequence[str]] | None = None
+    value_batch: int = 8
 
 
 Compute = Callable[[LoadedModel, list[EditRequest], Any, EditContext], Delta]
+ComputeEach = Callable[[LoadedModel, list[EditRequest], Any, EditContext], list[Delta]]
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,10 @@ class EditMethod:
     """A registered method: its name, hparams class, and delta computation.
 
     ``batchable`` methods compute one delta for several requests at once (MEMIT);
-    the others get exactly one request per call. ``version`` is part of every edit's
+    the others get exactly one request per call. ``compute_each``, when a method has
+    it, computes each request's own delta, as ``compute`` would alone, for several
+    requests in one go (ROME: their value optimisations share a batch); single mode
+    hands it up to ``EditContext.value_batch`` edits at a time. ``version`` is part of every edit's
     fingerprint: a change to what the method computes from the same hparams and
     requests (or from the run's context, as IKE's demonstrations) bumps it, so that
     stored deltas are made again instead of reused.
@@ -111,3 +119,4 @@ class EditMethod:
     compute: Compute
     batchable: bool = False
     version: int = 1
+    compute_each: ComputeEach | None = None

@@ -21,21 +21,26 @@ import pkgutil
 from collections.abc import Callable
 
 from kebench.editing.easyedit import PREFIX, easyedit_method
-from kebench.editing.interface import Compute, EditMethod, HyperParams
+from kebench.editing.interface import Compute, ComputeEach, EditMethod, HyperParams
 
 METHODS: dict[str, EditMethod] = {}
 
 
 def register(
-    name: str, hparams: type[HyperParams], *, batchable: bool = False, version: int = 1
+    name: str,
+    hparams: type[HyperParams],
+    *,
+    batchable: bool = False,
+    version: int = 1,
+    each: ComputeEach | None = None,
 ) -> Callable[[Compute], Compute]:
     """Register ``compute`` as the method ``name`` with hparams class ``hparams``
-    (``version``: ``EditMethod.version``)."""
+    (``version``, ``each``: ``EditMethod.version`` and ``compute_each``)."""
 
     def decorate(compute: Compute) -> Compute:
         if name in METHODS:
             raise ValueError(f"method {name!r} is registered twice")
-        METHODS[name] = EditMethod(name, hparams, compute, batchable, version)
+        METHODS[name] = EditMethod(name, hparams, compute, batchable, version, each)
         return compute
 
     return decorate

@@ -43,7 +43,6 @@ import torch
 from kebench.editing.forward import (
     Batch,
     SplitBatch,
-    add_at,
     capture,
     frozen_prefix,
 )
@@ -217,77 +216,146 @@ class ValueResult:
     nll: float
 
 
-def _targets(lm: LoadedModel, request: EditRequest, templates: Sequence[str]) -> tuple:
-    """Rewriting sequences (template + prompt + target), the target positions and
-    labels, then the KL prompt; each sequence's subject token."""
-    lookup = in_templates(lm, [request], templates)
-    kl_request = EditRequest(
-        request.case_id,
-        KL_PROMPT,
-        request.subject,
-        request.target_true,
-        request.target_new,
+@dataclass
+class _Rewriting:
+    """The sequences of several edits' value optimisations, in one batch: per edit its
+    rewriting rows (template + prompt + target, as scoring reads the target's tokens),
+    then one KL row per edit at the end."""
+
+    sequences: list[list[int]] = field(default_factory=list)
+    subject_cols: list[int] = field(default_factory=list)
+    row_edit: list[int] = field(default_factory=list)  # every row's edit
+    token_rows: list[int] = field(default_factory=list)  # each target token's row
+    token_cols: list[int] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    n_rewrite: int = 0  # rewriting rows per edit (one per template)
+
+
+def _rewriting(
+    lm: LoadedModel, requests: Sequence[EditRequest], templates: Sequence[str]
+) -> _Rewriting:
+    lookup = in_templates(lm, requests, templates)
+    kl = in_templates(
+        lm,
+        [
+            EditRequest(r.case_id, KL_PROMPT, r.subject, r.target_true, r.target_new)
+            for r in requests
+        ],
+        ["{}"],
     )
-    kl = in_templates(lm, [kl_request], ["{}"])
-    sequences, rows, cols, labels = [], [], [], []
-    for row, text in enumerate(lookup.texts):
-        # the target's tokens in the joint text, as scoring reads them
-        prompt_ids, target_ids = encode_pair(lm.tokenizer, text, request.target_new)
-        sequences.append(prompt_ids + target_ids[:-1])
+    out = _Rewriting(n_rewrite=len(templates))
+    for row, (text, index) in enumerate(
+        zip(lookup.texts, lookup.request_index, strict=True)
+    ):
+        prompt_ids, target_ids = encode_pair(
+            lm.tokenizer, text, requests[index].target_new
+        )
+        out.sequences.append(prompt_ids + target_ids[:-1])
+        out.row_edit.append(index)
         for j, label in enumerate(target_ids):
-            rows.append(row)
-            cols.append(len(prompt_ids) - 1 + j)
-            labels.append(label)
-    sequences.append(kl.sequences[0])
-    subject_cols = lookup.subject_cols + kl.subject_cols
-    return sequences, subject_cols, rows, cols, labels, len(lookup.sequences)
+            out.token_rows.append(row)
+            out.token_cols.append(len(prompt_ids) - 1 + j)
+            out.labels.append(label)
+    out.sequences += kl.sequences
+    out.subject_cols = lookup.subject_cols + kl.subject_cols
+    out.row_edit += list(range(len(requests)))
+    return out
 
 
-def optimise_value(  # noqa: PLR0913 - the edit, where, and how
+def optimise_values(  # noqa: PLR0913 - the edits, where, and how
     lm: LoadedModel,
-    request: EditRequest,
+    requests: Sequence[EditRequest],
     templates: Sequence[str],
     *,
     layer_tmp: str,
     layer: int,
-    init_norm: float,
+    init_norms: Sequence[float],
     settings: ValueSettings,
-) -> ValueResult:
-    """The vector δ that, added to layer ``layer``'s output at the subject token, makes
-    the model predict ``request.target_new`` after every template (the loss and the
-    stopping rule are the module docstring's).
+    per_batch: int = 1,
+) -> list[ValueResult]:
+    """For each request, the vector δ that, added to layer ``layer``'s output at the
+    subject token, makes the model predict its ``target_new`` after every template
+    (the loss and the stopping rule are the module docstring's).
 
-    ``init_norm`` is ‖v‖, the norm of the value being rewritten: the weight decay is
-    relative to ‖v‖², and δ is clamped to ``clamp_norm_factor`` · ‖v‖.
+    ``init_norms``: each request's ‖v‖, the norm of the value being rewritten: its
+    weight decay is relative to ‖v‖², and its δ is clamped to ``clamp_norm_factor``
+    · ‖v‖.
+
+    Up to ``per_batch`` requests are optimised side by side, each exactly as alone:
+    every row of the batch carries one request's δ, so a request's loss reaches no
+    other δ; each δ is a parameter of its own (Adam's state is per parameter), and one
+    that meets the stopping rule gets no more updates while the others go on. One
+    batch of all their rows fills the matrix products that a single edit's ~35 rows
+    leave mostly idle (docs/editing.md, "Speed at identical settings").
     """
+    size = max(per_batch, 1)
+    return [
+        result
+        for start in range(0, len(requests), size)
+        for result in _optimise_batch(
+            lm,
+            requests[start : start + size],
+            templates,
+            layer_tmp=layer_tmp,
+            layer=layer,
+            init_norms=init_norms[start : start + size],
+            settings=settings,
+        )
+    ]
+
+
+def _optimise_batch(  # noqa: PLR0913, PLR0915 - the edits, where, and how
+    lm: LoadedModel,
+    requests: Sequence[EditRequest],
+    templates: Sequence[str],
+    *,
+    layer_tmp: str,
+    layer: int,
+    init_norms: Sequence[float],
+    settings: ValueSettings,
+) -> list[ValueResult]:
     model = lm.model
-    sequences, subject_cols, rows, cols, labels, n_rewrite = _targets(
-        lm, request, templates
-    )
+    n_edits = len(requests)
+    plan = _rewriting(lm, requests, templates)
+    device = lm.device
     # δ enters at each row's subject token: what precedes it is computed once
-    batch = SplitBatch.of(sequences, subject_cols, lm.tokenizer.pad_token_id, lm.device)
-    rows_t = torch.tensor(rows, device=lm.device)
-    kl_row = len(sequences) - 1
+    batch = SplitBatch.of(
+        plan.sequences, plan.subject_cols, lm.tokenizer.pad_token_id, device
+    )
+    token_rows = torch.tensor(plan.token_rows, device=device)
+    kl_rows = torch.arange(
+        len(plan.sequences) - n_edits, len(plan.sequences), device=device
+    )
     # the KL term reads the next-token distribution at the KL prompt's subject token
-    at_rows = torch.cat([rows_t, torch.tensor([kl_row], device=lm.device)])
+    at_rows = torch.cat([token_rows, kl_rows])
     at_cols = batch.after_cut(
         at_rows,
-        torch.tensor([*cols, subject_cols[-1]], device=lm.device),
+        torch.tensor([*plan.token_cols, *plan.subject_cols[-n_edits:]], device=device),
     )
-    labels_t = torch.tensor(labels, device=lm.device)
-    counts = torch.bincount(rows_t, minlength=n_rewrite).float()
-    delta = torch.zeros(model.get_output_embeddings().in_features, device=lm.device)
-    delta.requires_grad_(True)
-    optimiser = torch.optim.Adam([delta], lr=settings.lr)
-    edit = add_at(
-        torch.arange(len(sequences), device=lm.device),
-        torch.zeros(len(sequences), dtype=torch.long, device=lm.device),
-        delta,
-    )
-    max_norm = settings.clamp_norm_factor * init_norm
+    labels = torch.tensor(plan.labels, device=device)
+    n_tokens = len(plan.labels)
+    row_edit = torch.tensor(plan.row_edit, device=device)
+    rewrite_rows = len(plan.sequences) - n_edits
+    counts = torch.bincount(token_rows, minlength=rewrite_rows).float()
+    width = model.get_output_embeddings().in_features
+    deltas = [torch.zeros(width, device=device, requires_grad=True) for _ in requests]
+    optimiser = torch.optim.Adam(deltas, lr=settings.lr)
+
+    def edit(hidden: torch.Tensor) -> torch.Tensor:
+        # each row's vector at the subject token: column 0 of the part after the cut
+        at_subject = torch.zeros(
+            hidden.shape[:2] + (1,), dtype=hidden.dtype, device=hidden.device
+        )
+        at_subject[:, 0] = 1
+        per_row = torch.stack(deltas)[row_edit].to(hidden.dtype)
+        return hidden + at_subject * per_row[:, None, :]
+
+    norms = torch.tensor(init_norms, device=device)
+    max_norms = settings.clamp_norm_factor * norms
+    active = [True] * n_edits
+    steps = [0] * n_edits
+    nll_values = [float("inf")] * n_edits
     kl_start = None
-    nll_value = float("inf")
-    taken = 0
     head = model.get_output_embeddings()
     with (
         frozen_prefix(model, layer_tmp, layer, batch, edit) as run_after_cut,
@@ -298,36 +366,57 @@ def optimise_value(  # noqa: PLR0913 - the edit, where, and how
         for _ in range(settings.steps - 1):
             hidden = run_after_cut()
             logprobs = torch.log_softmax(head(hidden[at_rows, at_cols]).float(), dim=-1)
-            token_lp = logprobs[:-1].gather(1, labels_t[:, None]).squeeze(1)
-            per_row = torch.zeros(n_rewrite, device=lm.device).index_add(
-                0, rows_t, -token_lp
+            token_lp = logprobs[:n_tokens].gather(1, labels[:, None]).squeeze(1)
+            per_row = torch.zeros(rewrite_rows, device=device).index_add(
+                0, token_rows, -token_lp
             )
-            nll = (per_row / counts).mean()
-            kl_now = logprobs[-1]
+            nll = (
+                torch.zeros(n_edits, device=device).index_add(
+                    0, row_edit[:rewrite_rows], per_row / counts
+                )
+                / plan.n_rewrite
+            )
+            kl_now = logprobs[n_tokens:]
             if kl_start is None:
                 kl_start = kl_now.detach()
-            # KL(now ‖ start): the reference passes the start as kl_div's input
+            # KL(now ‖ start) per edit: the reference passes the start as kl_div's input
             kl = torch.nn.functional.kl_div(
-                kl_start, kl_now, log_target=True, reduction="sum"
-            )
-            decay = delta.norm() / init_norm**2
-            loss = nll + settings.kl_factor * kl + settings.weight_decay * decay
-            nll_value = float(nll.detach())
-            if (
-                not torch.isfinite(loss)
-                or loss < REFERENCE_STOP_LOSS
-                or (settings.stop_loss is not None and nll_value < settings.stop_loss)
-            ):
+                kl_start, kl_now, log_target=True, reduction="none"
+            ).sum(-1)
+            decay = torch.stack([d.norm() for d in deltas]) / norms**2
+            losses = nll + settings.kl_factor * kl + settings.weight_decay * decay
+            for i in range(n_edits):
+                if not active[i]:
+                    continue
+                nll_values[i] = float(nll[i].detach())
+                active[i] = not (
+                    not torch.isfinite(losses[i])
+                    or losses[i] < REFERENCE_STOP_LOSS
+                    or (
+                        settings.stop_loss is not None
+                        and nll_values[i] < settings.stop_loss
+                    )
+                )
+            if not any(active):
                 break
-            optimiser.zero_grad()
-            loss.backward()
+            optimiser.zero_grad(set_to_none=True)
+            losses[torch.tensor(active, device=device)].sum().backward()
+            for delta, going in zip(deltas, active, strict=True):
+                if not going:
+                    delta.grad = None  # Adam leaves a parameter without a gradient
             optimiser.step()
-            taken += 1
             with torch.no_grad():
-                norm = delta.norm()
-                if norm > max_norm:
-                    delta.mul_(max_norm / norm)
-    return ValueResult(delta=delta.detach(), steps=taken, nll=nll_value)
+                for i, delta in enumerate(deltas):
+                    if not active[i]:
+                        continue
+                    steps[i] += 1
+                    norm = delta.norm()
+                    if norm > max_norms[i]:
+                        delta.mul_(max_norms[i] / norm)
+    return [
+        ValueResult(delta=delta.detach(), steps=taken, nll=nll_value)
+        for delta, taken, nll_value in zip(deltas, steps, nll_values, strict=True)
+    ]
 
 
 @dataclass

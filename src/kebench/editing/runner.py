@@ -154,13 +154,17 @@ def _delta_file(job: EditJob, unit: list[EditRequest], unit_fp: str) -> str:
     return f"{job.method.name}/{job.mode}/{name}.safetensors"
 
 
+# a unit's delta, the reason it failed (None: it did not), its description, seconds
+Computed = tuple[Delta | None, str | None, dict[str, list], float]
+
+
 def _compute(
     lm: LoadedModel,
     unit: list[EditRequest],
     job: EditJob,
     context: EditContext,
     max_relative_norm: float,
-) -> tuple[Delta | None, str | None, dict[str, list], float]:
+) -> Computed:
     start = time.perf_counter()
     try:
         delta = job.method.compute(lm, unit, job.hparams, context)
@@ -168,6 +172,53 @@ def _compute(
     except EDIT_ERRORS as err:
         delta, reason, description = None, f"{type(err).__name__}: {err}", {}
     return delta, reason, description, time.perf_counter() - start
+
+
+def _compute_units(
+    lm: LoadedModel,
+    units: list[list[EditRequest]],
+    job: EditJob,
+    context: EditContext,
+    max_relative_norm: float,
+) -> list[Computed]:
+    """Each unit's delta, failure reason, description and wall time. Single-mode
+    edits of a method with ``compute_each`` are computed together (each as alone);
+    if that raises, each is computed alone, so that the failure names its edit."""
+    each = job.method.compute_each
+    if each is None or job.mode != "single" or len(units) < 2:  # noqa: PLR2004
+        return [_compute(lm, unit, job, context, max_relative_norm) for unit in units]
+    start = time.perf_counter()
+    requests = [request for (request,) in units]
+    try:
+        deltas = each(lm, requests, job.hparams, context)
+    except EDIT_ERRORS as err:
+        logger.info(
+            "%s: %d edits together failed (%s); each alone instead",
+            job.method.name,
+            len(units),
+            err,
+        )
+        return [_compute(lm, unit, job, context, max_relative_norm) for unit in units]
+    wall_s = (time.perf_counter() - start) / len(units)
+    computed = []
+    for request, delta in zip(requests, deltas, strict=True):
+        checked = time.perf_counter()
+        reason, description = delta_problem(lm, delta, request, max_relative_norm)
+        computed.append(
+            (delta, reason, description, wall_s + time.perf_counter() - checked)
+        )
+    return computed
+
+
+def _groups(
+    units: list[list[EditRequest]], job: EditJob, context: EditContext
+) -> list[list[list[EditRequest]]]:
+    """Consecutive units computed in one go: up to ``context.value_batch`` single-mode
+    edits of a method with ``compute_each``, else one unit each."""
+    size = (
+        context.value_batch if job.method.compute_each and job.mode == "single" else 1
+    )
+    return chunks(units, max(size, 1))
 
 
 def run_job(  # noqa: PLR0913 - the run's inputs
@@ -189,57 +240,90 @@ def run_job(  # noqa: PLR0913 - the run's inputs
     order = first_order
     progress = tqdm(total=len(requests), desc=f"{name} ({mode})", unit="edit")
     try:
-        for unit in _units(requests, job):
-            unit_fp = unit_fingerprint(lm.name, job, unit, context.seed, previous)
-            if _unit_stored(stored, unit, unit_fp):
-                first = stored[unit[0].case_id]
-                if mode == "sequential" and first["status"] == "ok":
-                    applied.append(
-                        apply_delta(lm.model, store.load(first["delta_file"]))
-                    )
+        for group in _groups(_units(requests, job), job, context):
+            pending = []
+            for unit in group:
+                unit_fp = unit_fingerprint(lm.name, job, unit, context.seed, previous)
+                if _unit_stored(stored, unit, unit_fp):
+                    first = stored[unit[0].case_id]
+                    if mode == "sequential" and first["status"] == "ok":
+                        applied.append(
+                            apply_delta(lm.model, store.load(first["delta_file"]))
+                        )
+                    previous = unit_fp if mode == "sequential" else ""
+                    progress.update(len(unit))
+                else:
+                    pending.append((unit, unit_fp, order))
                 order += len(unit)
+            if not pending:
+                continue
+            computed = _compute_units(
+                lm, [unit for unit, _, _ in pending], job, context, max_relative_norm
+            )
+            for (unit, unit_fp, first_position), result in zip(
+                pending, computed, strict=True
+            ):
+                yield from _outcomes(
+                    lm,
+                    job,
+                    unit=unit,
+                    unit_fp=unit_fp,
+                    first_position=first_position,
+                    computed=result,
+                )
+                delta, reason = result[0], result[1]
+                if mode == "sequential" and reason is None:
+                    applied.append(apply_delta(lm.model, delta))
                 previous = unit_fp if mode == "sequential" else ""
                 progress.update(len(unit))
-                continue
-            delta, reason, description, wall_s = _compute(
-                lm, unit, job, context, max_relative_norm
-            )
-            if reason is not None:
-                logger.warning(
-                    "%s (%s) failed on %s: %s", name, mode, unit[0].case_id, reason
-                )
-            elif mode == "sequential":
-                applied.append(apply_delta(lm.model, delta))
-            delta_file = None if reason else _delta_file(job, unit, unit_fp)
-            for position, request in enumerate(unit):
-                row = {
-                    "model": lm.name,
-                    "method": name,
-                    "mode": mode,
-                    "case_id": request.case_id,
-                    "order": order,
-                    "status": "failed" if reason else "ok",
-                    "reason": reason,
-                    "delta_file": delta_file,
-                    "param_names": description.get("param_names", []),
-                    "shapes": description.get("shapes", []),
-                    "norms": description.get("norms", []),
-                    "tensor_bytes": delta.nbytes()
-                    if delta is not None and not reason
-                    else 0,
-                    "wall_s": wall_s / len(unit),
-                    "fingerprint": unit_fp,
-                    "hparams": json.dumps(job.raw_hparams, sort_keys=True),
-                }
-                order += 1
-                first_ok = position == 0 and not reason
-                yield EditOutcome(row=row, delta=delta if first_ok else None)
-            previous = unit_fp if mode == "sequential" else ""
-            progress.update(len(unit))
     finally:
         progress.close()
         for done in reversed(applied):
             revert_delta(lm.model, done)
+
+
+def _outcomes(  # noqa: PLR0913 - one computed unit and where it goes
+    lm: LoadedModel,
+    job: EditJob,
+    *,
+    unit: list[EditRequest],
+    unit_fp: str,
+    first_position: int,
+    computed: Computed,
+) -> Iterator[EditOutcome]:
+    """One outcome per edit of ``unit``: its manifest row, and the delta with the
+    first (a batch's edits share one delta and one file)."""
+    delta, reason, description, wall_s = computed
+    if reason is not None:
+        logger.warning(
+            "%s (%s) failed on %s: %s",
+            job.method.name,
+            job.mode,
+            unit[0].case_id,
+            reason,
+        )
+    delta_file = None if reason else _delta_file(job, unit, unit_fp)
+    for position, request in enumerate(unit):
+        row = {
+            "model": lm.name,
+            "method": job.method.name,
+            "mode": job.mode,
+            "case_id": request.case_id,
+            "order": first_position + position,
+            "status": "failed" if reason else "ok",
+            "reason": reason,
+            "delta_file": delta_file,
+            "param_names": description.get("param_names", []),
+            "shapes": description.get("shapes", []),
+            "norms": description.get("norms", []),
+            "tensor_bytes": delta.nbytes() if delta is not None and not reason else 0,
+            "wall_s": wall_s / len(unit),
+            "fingerprint": unit_fp,
+            "hparams": json.dumps(job.raw_hparams, sort_keys=True),
+        }
+        yield EditOutcome(
+            row=row, delta=delta if position == 0 and not reason else None
+        )
 
 
 @dataclass(frozen=True)

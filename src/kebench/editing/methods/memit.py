@@ -34,7 +34,7 @@ from kebench.editing.rewrite import (
     context_templates,
     flatten,
     in_templates,
-    optimise_value,
+    optimise_values,
 )
 from kebench.models.loading import LoadedModel
 
@@ -77,21 +77,17 @@ def memit(
         )[z_path].float()
 
     start = hidden_at_subject()
-    targets = torch.stack(
-        [
-            start[i]
-            + optimise_value(
-                lm,
-                request,
-                templates,
-                layer_tmp=hparams.layer_module_tmp,
-                layer=last,
-                init_norm=float(start[i].norm()),
-                settings=hparams.value_settings(),
-            ).delta
-            for i, request in enumerate(requests)
-        ]
+    values = optimise_values(
+        lm,
+        requests,
+        templates,
+        layer_tmp=hparams.layer_module_tmp,
+        layer=last,
+        init_norms=[float(z.norm()) for z in start],
+        settings=hparams.value_settings(),
+        per_batch=context.value_batch,
     )
+    targets = start + torch.stack([value.delta for value in values])
     paths = [hparams.rewrite_module_tmp.format(layer) for layer in hparams.layers]
     mom2 = hparams.mom2(lm, paths, context)
     delta = Delta()

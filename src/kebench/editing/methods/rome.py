@@ -35,7 +35,7 @@ from kebench.editing.rewrite import (
     context_templates,
     flatten,
     in_templates,
-    optimise_value,
+    optimise_values,
 )
 from kebench.models.loading import LoadedModel
 
@@ -81,17 +81,76 @@ def _keys_of(hparams: RewriteHyperParams) -> Keys:
 
 
 def _at_subject(
-    lm: LoadedModel, request: EditRequest, templates: list[str], path: str
+    lm: LoadedModel, requests: list[EditRequest], templates: list[str], path: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The module's inputs and outputs at the subject token after each template:
-    (n_templates, d_in) and (n_templates, d_out). One forward pass, to the module's
-    input: its output there is the module applied to that input."""
-    lookup = in_templates(lm, [request], templates)
+    (n_requests, n_templates, d_in) and (n_requests, n_templates, d_out). One forward
+    pass, to the module's input: its output there is the module applied to that
+    input."""
+    lookup = in_templates(lm, requests, templates)
     batch, rows, cols = lookup.batch(lm), lookup.rows, lookup.cols.to(lm.device)
     inputs = capture(lm.model, batch, [path], rows, cols)[path]
     with torch.no_grad():
         outputs = get_module(lm.model, path)(inputs)
-    return inputs.float(), outputs.float()
+    shape = (len(requests), len(templates), -1)
+    return inputs.float().reshape(shape), outputs.float().reshape(shape)
+
+
+def rank_one_each(
+    lm: LoadedModel,
+    requests: list[EditRequest],
+    hparams: RewriteHyperParams,
+    context: EditContext,
+) -> list[Delta]:
+    """Each request's own rank-one delta into layer ``hparams.layers[0]``, as
+    ``rank_one`` computes it alone; their value optimisations share one batch."""
+    keys = _keys_of(hparams)
+    layer = hparams.layers[0]
+    path = hparams.rewrite_module_tmp.format(layer)
+    module = get_module(lm.model, path)
+    templates = flatten(
+        context_templates(lm, hparams.context_template_length_params, context)
+    )
+    # the bare prompt is the first template ("{}"): its row gives k₀ and v
+    keys_in, values_out = _at_subject(lm, requests, templates, path)
+    results = optimise_values(
+        lm,
+        requests,
+        templates,
+        layer_tmp=hparams.layer_module_tmp,
+        layer=layer,
+        init_norms=[float(v.norm()) for v in values_out[:, 0]],
+        settings=hparams.value_settings(),
+        per_batch=context.value_batch,
+    )
+    mom2 = hparams.mom2(lm, [path], context)
+    deltas = []
+    for keys_of, values_of, result in zip(keys_in, values_out, results, strict=True):
+        bare_key, bare_value = keys_of[0], values_of[0]
+        target = bare_value + result.delta
+        averaged = keys_of.mean(0), values_of.mean(0)
+        direction_key = averaged[0] if keys.direction_from_templates else bare_key
+        solve_key, current = (
+            averaged if keys.solve_from_templates else (bare_key, bare_value)
+        )
+        direction = (
+            torch.linalg.solve(mom2[path].float(), direction_key)
+            if mom2
+            else direction_key
+        )
+        direction = direction / direction.norm()
+        right = direction / (solve_key @ direction)
+        deltas.append(
+            Delta(
+                params={
+                    f"{path}.weight": outer_change(
+                        module, (target - current)[:, None], right[:, None]
+                    )
+                },
+                meta={"v_steps": str(result.steps), "v_nll": f"{result.nll:.6g}"},
+            )
+        )
+    return deltas
 
 
 def rank_one(
@@ -102,46 +161,9 @@ def rank_one(
 ) -> Delta:
     """The rank-one delta that writes ``requests[0]`` into layer ``hparams.layers[0]``."""
     (request,) = requests
-    keys = _keys_of(hparams)
-    layer = hparams.layers[0]
-    path = hparams.rewrite_module_tmp.format(layer)
-    module = get_module(lm.model, path)
-    templates = flatten(
-        context_templates(lm, hparams.context_template_length_params, context)
-    )
-    # the bare prompt is the first template ("{}"): its row gives k₀ and v
-    keys_in, values_out = _at_subject(lm, request, templates, path)
-    bare_key, bare_value = keys_in[0], values_out[0]
-    result = optimise_value(
-        lm,
-        request,
-        templates,
-        layer_tmp=hparams.layer_module_tmp,
-        layer=layer,
-        init_norm=float(bare_value.norm()),
-        settings=hparams.value_settings(),
-    )
-    target = bare_value + result.delta
-    averaged = keys_in.mean(0), values_out.mean(0)
-    direction_key = averaged[0] if keys.direction_from_templates else bare_key
-    solve_key, current = (
-        averaged if keys.solve_from_templates else (bare_key, bare_value)
-    )
-    mom2 = hparams.mom2(lm, [path], context)
-    direction = (
-        torch.linalg.solve(mom2[path].float(), direction_key) if mom2 else direction_key
-    )
-    direction = direction / direction.norm()
-    right = direction / (solve_key @ direction)
-    return Delta(
-        params={
-            f"{path}.weight": outer_change(
-                module, (target - current)[:, None], right[:, None]
-            )
-        },
-        meta={"v_steps": str(result.steps), "v_nll": f"{result.nll:.6g}"},
-    )
+    (delta,) = rank_one_each(lm, [request], hparams, context)
+    return delta
 
 
-register("ROME", ROMEHyperParams)(rank_one)
-register("R-ROME", RROMEHyperParams)(rank_one)
+register("ROME", ROMEHyperParams, each=rank_one_each)(rank_one)
+register("R-ROME", RROMEHyperParams, each=rank_one_each)(rank_one)

@@ -122,6 +122,7 @@ def compute_edit_deltas(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         seed=int(params["seed"]),
         facts=case_facts(probes, rewritten_facts(probes, entailed_facts)),
         paraphrases=case_paraphrases(probes),
+        value_batch=int(params["value_batch"]),
     )
     settings = ComputeSettings.from_params(compute)
     shards = edit_shards(

@@ -117,6 +117,7 @@ def propagate_edits(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         pool=every_request,
         seed=int(editing_params["seed"]),
         paraphrases=case_paraphrases(probes),
+        value_batch=int(editing_params["value_batch"]),
     )
     for method in sorted(mitigation_edits["method"].unique()):
         ok = set(_ok_cases(mitigation_edits[mitigation_edits["method"] == method]))
