@@ -20,9 +20,7 @@ EDIT_REQUESTS = pa.DataFrameSchema(
         "relation_label": pa.Column(str),
         "prompt": pa.Column(str, pa.Check.str_contains(r"\{\}")),
         # None: the edit adds a fact and replaces none (RippleEdits' recent examples)
-        "target_true": pa.Column(
-            str, pa.Check.str_length(min_value=1), nullable=True
-        ),
+        "target_true": pa.Column(str, pa.Check.str_length(min_value=1), nullable=True),
         "target_new": pa.Column(str, pa.Check.str_length(min_value=1)),
         "question": pa.Column(str, nullable=True),
         "subject_uri": pa.Column(str, nullable=True),
