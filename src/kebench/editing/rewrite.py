@@ -26,7 +26,8 @@ last token, so the tokens before it never change, and the layers up to the edite
 never change for any token: both are computed once (``frozen_prefix``), and each step
 runs only the tokens from the subject on through the layers above. Logits are computed
 only at the target tokens. The reference's last evaluation, after which it stops
-whatever the loss, only reports that loss, and is not run. Its one extension that does
+whatever the loss, only reports that loss, and is not run. Several edits' values are
+optimised in one batch, each as alone (``optimise_values``). Its one extension that does
 change the result, ``v_stop_loss`` (stop once the targets' mean NLL is below it), is
 off (None) unless an hparams file sets it: the fast profile's files do.
 """
