@@ -251,3 +251,22 @@ def test_single_mode_computes_a_group_of_edits_each_as_alone(
     for one, grouped in zip(alone, together, strict=True):
         if one.delta is not None:
             assert delta_cosine(lm, one.delta, grouped.delta) > 0.99999  # noqa: PLR2004
+
+
+@pytest.mark.model
+def test_a_group_half_stored_is_computed_whole_again(lm, demo, stats_dir, tmp_path):
+    """A run killed between two saves of one group: the rerun computes the group whole,
+    so the missing edit's delta is bit for bit the uninterrupted run's."""
+    job = make_job("ROME", project_hparams()["ROME"], "single", "ROME")
+    context = EditContext(stats_dir, pool=demo, value_batch=2)
+    uninterrupted = run(
+        lm, demo[:2], [job], store=DeltaStore(tmp_path / "whole"), context=context
+    )
+    killed = DeltaStore(tmp_path / "killed")
+    killed.write(uninterrupted[0])  # the first of the group was saved, then the kill
+    (resumed,) = run(lm, demo[:2], [job], store=killed, context=context)
+    assert resumed.row["case_id"] == demo[1].case_id
+    expected = uninterrupted[1].delta.params
+    for name, change in resumed.delta.params.items():
+        for key, tensor in change.tensors.items():
+            assert torch.equal(tensor, expected[name].tensors[key]), f"{name}/{key}"

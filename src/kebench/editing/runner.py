@@ -214,7 +214,8 @@ def _groups(
     units: list[list[EditRequest]], job: EditJob, context: EditContext
 ) -> list[list[list[EditRequest]]]:
     """Consecutive units computed in one go: up to ``context.value_batch`` single-mode
-    edits of a method with ``compute_each``, else one unit each."""
+    edits of a method with ``compute_each``, else one unit each. The groups depend on
+    the units' positions only, never on which are stored."""
     size = (
         context.value_batch if job.method.compute_each and job.mode == "single" else 1
     )
@@ -257,12 +258,18 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                 order += len(unit)
             if not pending:
                 continue
-            computed = _compute_units(
-                lm, [unit for unit, _, _ in pending], job, context, max_relative_norm
+            # the whole group, even where some of it is stored (a run killed between
+            # two of its saves): an edit's floats depend on the batch it was in, and
+            # a resumed run must make the deltas an uninterrupted one makes
+            computed = dict(
+                zip(
+                    map(id, group),
+                    _compute_units(lm, group, job, context, max_relative_norm),
+                    strict=True,
+                )
             )
-            for (unit, unit_fp, first_position), result in zip(
-                pending, computed, strict=True
-            ):
+            for unit, unit_fp, first_position in pending:
+                result = computed[id(unit)]
                 yield from _outcomes(
                     lm,
                     job,

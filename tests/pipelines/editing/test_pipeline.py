@@ -29,6 +29,8 @@ OUTPUT = Path("data/07_model_output/demo") / MODEL / "fast"
 # the first 2 edits of each of the demo's 3 risks (benign, misinformation, bias)
 PER_RISK = 2
 N_EDITS = 3 * PER_RISK
+# ROME's edits computed together: in groups of two, a run can be killed between them
+VALUE_BATCH = 2
 
 
 def run_session(root: Path, pipelines: list[str], **runtime_params: object) -> None:
@@ -45,7 +47,13 @@ def project(tmp_path_factory: pytest.TempPathFactory, lm) -> Path:
     and IKE on the first edits of each risk."""
     root = copy_project(tmp_path_factory.mktemp("project"), (MODEL, lm.folder))
     run_session(root, ["kg_build", "rule_mining", "qa_generation", "risk_unification"])
-    run_session(root, ["editing"], method="ROME+IKE", n_edits=PER_RISK)
+    run_session(
+        root,
+        ["editing"],
+        method="ROME+IKE",
+        n_edits=PER_RISK,
+        editing={"value_batch": VALUE_BATCH},
+    )
     return root
 
 
@@ -101,7 +109,8 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_p
         "kedro",
         "run",
         "--pipelines=editing",
-        f"--params=model={MODEL},method=ROME,n_edits={PER_RISK},hparams_profile=fast",
+        f"--params=model={MODEL},method=ROME,n_edits={PER_RISK},hparams_profile=fast,"
+        f"editing.value_batch={VALUE_BATCH}",
     ]
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     rows = root / OUTPUT / "deltas" / "ROME" / "single"
