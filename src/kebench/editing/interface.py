@@ -108,10 +108,10 @@ class EditMethod:
     the others get exactly one request per call. ``compute_each``, when a method has
     it, computes each request's own delta, as ``compute`` would alone, for several
     requests in one go (ROME: their value optimisations share a batch); single mode
-    hands it up to ``EditContext.value_batch`` edits at a time. ``version`` is part of every edit's
-    fingerprint: a change to what the method computes from the same hparams and
-    requests (or from the run's context, as IKE's demonstrations) bumps it, so that
-    stored deltas are made again instead of reused.
+    hands it up to ``EditContext.value_batch`` edits at a time. ``version`` is part
+    of every edit's fingerprint: a change to what the method computes from the same
+    hparams and requests (or from the run's context, as IKE's demonstrations) bumps
+    it, so that stored deltas are made again instead of reused.
     """
 
     name: str

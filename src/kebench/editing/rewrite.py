@@ -27,9 +27,9 @@ never change for any token: both are computed once (``frozen_prefix``), and each
 runs only the tokens from the subject on through the layers above. Logits are computed
 only at the target tokens. The reference's last evaluation, after which it stops
 whatever the loss, only reports that loss, and is not run. Several edits' values are
-optimised in one batch, each as alone (``optimise_values``). Its one extension that does
-change the result, ``v_stop_loss`` (stop once the targets' mean NLL is below it), is
-off (None) unless an hparams file sets it: the fast profile's files do.
+optimised in one batch, each as alone (``optimise_values``). Its one extension that
+does change the result, ``v_stop_loss`` (stop once the targets' mean NLL is below it),
+is off (None) unless an hparams file sets it: the fast profile's files do.
 """
 
 from __future__ import annotations
