@@ -322,7 +322,8 @@ def test_mquake_v2_multihop_questions_carry_their_aliases():
     assert json.loads(first["aliases_new"]) == ["Tokyo Metropolis", "Tōkyō"]
 
 
-def ripple(skip_invalid: bool = True) -> RawEditCases:
+def ripple() -> RawEditCases:
+    """The three RippleEdits test files as one source; nothing may be skipped."""
     files = [
         DATA / "rippleedits" / f"{name}.json"
         for name in ("popular", "random", "recent")
@@ -334,8 +335,8 @@ def ripple(skip_invalid: bool = True) -> RawEditCases:
         "counterfactual",
         ", ".join(map(str, files)),
         records,
-        skip_invalid,
-        origins,
+        skip_invalid=False,
+        origins=origins,
     )
 
 
