@@ -92,4 +92,5 @@ def test_serve_llm_answers_chat_completions_until_stopped():
         assert isinstance(reply.choices[0].message.content, str)
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=30)
+        # read what it still logs: a full stdout pipe would block its shutdown
+        server.communicate(timeout=30)

@@ -6,7 +6,6 @@ import shutil
 
 import pandas as pd
 import pytest
-import torch
 
 from kebench.editing.propagation import consequence_keys
 from kebench.pipelines.mitigation.nodes import (
@@ -112,6 +111,8 @@ def test_each_mitigated_edit_is_its_own_edit_then_its_extra_edits(mitigated):
         assert rows.sort_values("order")["case_id"].iloc[0] == case_id
         assert len(rows) == len(made) + 1
     # the first edit of a sequence starts from the base weights: the single edit
+    # (single mode computed it in a group of edits, the sequence alone: the same
+    # delta up to float summation order)
     mitigated_store = mitigated.load("mitigated_deltas_stored")
     store = mitigated.load("edit_deltas_stored")
     single = mitigated.load("edit_manifest").set_index(["method", "mode", "case_id"])
@@ -122,7 +123,9 @@ def test_each_mitigated_edit_is_its_own_edit_then_its_extra_edits(mitigated):
     assert again.params.keys() == original.params.keys()
     for name, change in again.params.items():
         for key, tensor in change.tensors.items():
-            assert torch.equal(tensor, original.params[name].tensors[key])
+            expected = original.params[name].tensors[key]
+            error = float((tensor - expected).norm() / expected.norm())
+            assert error < 1e-4, f"{name}/{key}: relative error {error:.2e}"  # noqa: PLR2004
 
 
 @pytest.mark.model
