@@ -726,17 +726,10 @@ class Harness:
         if entry.compute_each is None:
             return [self.kebench_edit(method, request) for request in requests]
         hparams = entry.hparams.from_dict(self.inputs.kebench[method], method)
-        context = self.inputs.context(self.cache)
-        return [
-            delta
-            for start in range(0, len(requests), context.value_batch)
-            for delta in entry.compute_each(
-                self.lm,
-                requests[start : start + context.value_batch],
-                hparams,
-                context,
-            )
-        ]
+        # its value optimisation takes them value_batch at a time, as single mode does
+        return entry.compute_each(
+            self.lm, requests, hparams, self.inputs.context(self.cache)
+        )
 
     def easyedit_edit(self, method: str, request: EditRequest) -> Delta:
         spec = METHOD_SPECS[method]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kebench.compute.engine import chunks
 from kebench.editing.forward import (
     Batch,
     SplitBatch,
@@ -292,14 +293,16 @@ def optimise_values(  # noqa: PLR0913 - the edits, where, and how
     size = max(per_batch, 1)
     return [
         result
-        for start in range(0, len(requests), size)
+        for part, norms in zip(
+            chunks(list(requests), size), chunks(list(init_norms), size), strict=True
+        )
         for result in _optimise_batch(
             lm,
-            requests[start : start + size],
+            part,
             templates,
             layer_tmp=layer_tmp,
             layer=layer,
-            init_norms=init_norms[start : start + size],
+            init_norms=norms,
             settings=settings,
         )
     ]
