@@ -88,6 +88,49 @@ def test_batched_scores_match_plain_computation(lm, side):
     assert [s.n_tokens for s in scores][1] > 1  # a multi-token answer
 
 
+# an in-context edit's prefix (IKE's ends in a space, which merges with the prompt)
+PREFIXES = [
+    "New Fact: The capital of Japan is Kyoto\nPrompt: The capital of Japan is Kyoto"
+    "\n\nNew Fact: The capital of France is Lyon\nPrompt: ",
+    "Imagine that the capital of France is Lyon.\n",
+]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_a_prefix_runs_once_and_scores_as_the_joint_text(lm, side, prefix):
+    prompts = PROMPTS + [p for p, _ in SHARED]
+    answers = ANSWERS + [a for _, a in SHARED]
+    expected = [
+        plain_logprob(lm, prefix + p, a) for p, a in zip(prompts, answers, strict=True)
+    ]
+    prefix_ids = lm.tokenizer(prefix)["input_ids"][:-1]
+    rows_with_prefix = []
+
+    def count(_module, _args, kwargs):
+        for row in kwargs["input_ids"].tolist():
+            rows_with_prefix.append(row[: len(prefix_ids)] == prefix_ids)
+
+    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        scores = score_answers(
+            lm.model,
+            lm.tokenizer,
+            prompts,
+            answers,
+            batch_size=3,
+            padding_side=side,
+            prefix=prefix,
+        )
+    finally:
+        hook.remove()
+    for score, (logprob, argmax) in zip(scores, expected, strict=True):
+        assert score.logprob == pytest.approx(logprob, abs=1e-4)
+        assert list(score.argmax_ids) == argmax
+    assert sum(rows_with_prefix) == 1  # one pass of the prefix, for every prompt
+
+
 @pytest.mark.model
 def test_leading_space_and_token_counts(lm):
     prompt_ids, answer_ids = encode_pair(

@@ -335,16 +335,39 @@ def test_general_sets_cut_and_sample_with_a_seed():
 # --- the real model ----------------------------------------------------------------
 
 
-def plain_perplexity(lm, texts) -> float:
-    """Every token but the first of each text, one text at a time, plain transformers."""
+def plain_perplexity(lm, texts, prefix: str = "") -> float:
+    """Every token but the first of each text (after the prefix's tokens), one text at
+    a time, plain transformers."""
+    context = lm.tokenizer(prefix)["input_ids"]
     total, count = 0.0, 0
     for text in texts:
-        ids = torch.tensor([lm.tokenizer(text)["input_ids"]])
+        text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([context + text_ids])
         with torch.no_grad():
             logprobs = torch.log_softmax(lm.model(input_ids=ids).logits[0].double(), -1)
-        total -= float(logprobs[:-1].gather(1, ids[0, 1:, None]).sum())
-        count += ids.shape[1] - 1
+        scored = slice(len(context), ids.shape[1] - 1)  # predicts text tokens 2..n
+        targets = ids[0, len(context) + 1 :, None]
+        total -= float(logprobs[scored].gather(1, targets).sum())
+        count += len(text_ids) - 1
     return math.exp(total / count)
+
+
+def plain_next_token(lm, prompts, prefix: str) -> torch.Tensor:
+    """log P(next token | prefix + prompt), one prompt at a time, plain transformers."""
+    context = lm.tokenizer(prefix)["input_ids"]
+    rows = []
+    for prompt in prompts:
+        ids = context + lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = lm.model(input_ids=torch.tensor([ids])).logits[0, -1]
+        rows.append(torch.log_softmax(logits.double(), -1))
+    return torch.stack(rows)
+
+
+IKE_PREFIX = (
+    "New Fact: The capital of France is Lyon\nPrompt: The capital of France is Lyon"
+    "\n\nNew Fact: The capital of Japan is Kyoto\nPrompt: "
+)
 
 
 @pytest.fixture(scope="module")
@@ -361,6 +384,20 @@ def test_batched_perplexity_matches_a_plain_computation(lm):
     sets = demo_sets()
     assert text_perplexity(lm, sets.texts, batch_size=3) == pytest.approx(
         plain_perplexity(lm, sets.texts), rel=1e-4
+    )
+
+
+@pytest.mark.model
+def test_a_prefix_runs_once_and_measures_as_before_every_text(lm):
+    sets = demo_sets()
+    texts, prompts = sets.texts[:5], sets.prompts[:5]
+    assert text_perplexity(lm, texts, IKE_PREFIX, batch_size=2) == pytest.approx(
+        plain_perplexity(lm, texts, IKE_PREFIX), rel=1e-4
+    )
+    assert torch.allclose(
+        next_token_logprobs(lm, prompts, IKE_PREFIX, batch_size=2),
+        plain_next_token(lm, prompts, IKE_PREFIX),
+        atol=1e-4,
     )
 
 

@@ -106,13 +106,14 @@ def mean_nlls(
 ) -> pd.DataFrame:
     """The mean token NLL of each prompt's ``target_new`` and ``target_true``
     (columns ``nll_new``, ``nll_true``), after ``prefix``."""
-    texts = [prefix + p for p in prompts["prompt"]]
+    texts = list(prompts["prompt"])
     scored = score_answers(
         lm.model,
         lm.tokenizer,
         texts + texts,
         [*prompts["target_new"], *prompts["target_true"]],
         batch_size=batch_size,
+        prefix=prefix,
     )
     nll = [-s.logprob / s.n_tokens for s in scored]
     return prompts.assign(nll_new=nll[: len(texts)], nll_true=nll[len(texts) :])

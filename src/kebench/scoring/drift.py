@@ -31,7 +31,13 @@ from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.methods.ike import joint_prefix
 from kebench.models.loading import LoadedModel
 from kebench.scoring.evaluate import EditedShard
-from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
+from kebench.scoring.logprobs import (
+    PrefixCache,
+    forward_padded,
+    length_batches,
+    padding_id,
+    score_answers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -157,15 +163,20 @@ def general_sets(  # noqa: PLR0913 - each set and its size
 
 def _sequences(
     lm: LoadedModel, texts: Sequence[str], prefix: str
-) -> tuple[list[list[int]], int]:
+) -> tuple[list[list[int]], PrefixCache | None, int]:
     """Each text's tokens after the prefix's (with the tokenizer's special tokens):
-    tokenised apart, so that base and edited models see the same text tokens."""
+    tokenised apart, so that base and edited models see the same text tokens.
+
+    Returns the rows to run, the prefix run once (None without one: the special
+    tokens then begin each row) and how many tokens of each row precede its text.
+    """
     context = list(lm.tokenizer(prefix)["input_ids"])
     sequences = [
-        context + list(lm.tokenizer(t, add_special_tokens=False)["input_ids"])
-        for t in texts
+        list(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts
     ]
-    return sequences, len(context)
+    if not prefix:
+        return [context + s for s in sequences], None, len(context)
+    return sequences, PrefixCache.of(lm.model, context), 0
 
 
 @torch.no_grad()
@@ -174,13 +185,14 @@ def text_perplexity(
 ) -> float:
     """exp of the mean NLL per token over every token of ``texts`` but each one's first."""
     total, count = 0.0, 0
-    for start in range(0, len(texts), batch_size):
-        sequences, context = _sequences(lm, texts[start : start + batch_size], prefix)
+    every, cached, context = _sequences(lm, texts, prefix)
+    first = context + 1  # the first text token is not scored
+    for batch in length_batches([len(s) for s in every], batch_size):
+        sequences = [every[i] for i in batch]
         logits, _ = forward_padded(
-            lm.model, sequences, padding_id(lm.tokenizer), "right"
+            lm.model, sequences, padding_id(lm.tokenizer), "right", prefix=cached
         )
         for row, sequence in enumerate(sequences):
-            first = context + 1  # the first text token is not scored
             targets = torch.tensor(sequence[first:], device=logits.device)
             logprobs = torch.log_softmax(
                 logits[row, first - 1 : len(sequence) - 1].double(), dim=-1
@@ -195,9 +207,10 @@ def next_token_logprobs(
     lm: LoadedModel, prompts: Sequence[str], prefix: str = "", batch_size: int = 8
 ) -> torch.Tensor:
     """log P(next token | prefix + prompt), one row per prompt (float64, on the CPU)."""
-    rows = []
-    for start in range(0, len(prompts), batch_size):
-        sequences, _ = _sequences(lm, prompts[start : start + batch_size], prefix)
+    every, cached, _ = _sequences(lm, prompts, prefix)
+    rows: dict[int, torch.Tensor] = {}
+    for batch in length_batches([len(s) for s in every], batch_size):
+        sequences = [every[i] for i in batch]
         last = [len(s) - 1 for s in sequences]
         keep = sorted(set(last))
         logits, _ = forward_padded(
@@ -206,11 +219,13 @@ def next_token_logprobs(
             padding_id(lm.tokenizer),
             "right",
             keep=torch.tensor(keep),
+            prefix=cached,
         )
         column = {position: i for i, position in enumerate(keep)}
         picked = logits[torch.arange(len(sequences)), [column[p] for p in last]]
-        rows.append(torch.log_softmax(picked.double(), dim=-1).cpu())
-    return torch.cat(rows)
+        logprobs = torch.log_softmax(picked.double(), dim=-1).cpu()
+        rows.update(zip(batch, logprobs, strict=True))
+    return torch.stack([rows[i] for i in range(len(every))])
 
 
 def mean_kl(base: torch.Tensor, edited: torch.Tensor) -> float:
@@ -225,13 +240,14 @@ def probe_accuracy(
     """Accuracy per set: a two-way choice is right when its answer is the likelier; any
     other probe when its answer's first token is the argmax after the prompt."""
     choice = probes["wrong"].notna().to_numpy()
-    prompts = [prefix + p for p in probes["prompt"]]
+    prompts = list(probes["prompt"])
     scored = score_answers(
         lm.model,
         lm.tokenizer,
         prompts + [p for p, c in zip(prompts, choice, strict=True) if c],
         [*probes["answer"], *probes.loc[choice, "wrong"]],
         batch_size=batch_size,
+        prefix=prefix,
     )
     wrong = iter(scored[len(prompts) :])
     correct = [

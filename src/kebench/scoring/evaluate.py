@@ -75,7 +75,7 @@ def score_pass(
     injected claim) has NaN old columns.
     """
     batch_size = settings.batch_size
-    prompts = [prefix + p for p in probes["prompt"]]
+    prompts = list(probes["prompt"])
     has_old = probes["answer_old"].notna().to_numpy()
     old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
     answers = [*probes["answer_new"], *probes.loc[has_old, "answer_old"]]
@@ -93,6 +93,7 @@ def score_pass(
             prompts + old_prompts,
             answers,
             batch_size=batch_size,
+            prefix=prefix,
         )
     except ContextOverflowError as error:
         raise ValueError(
@@ -126,7 +127,7 @@ def score_pass(
         answers = probes.loc[generate, "answer_new"]
         texts = greedy_answers(
             lm,
-            [p for p, g in zip(prompts, generate, strict=True) if g],
+            [prefix + p for p, g in zip(prompts, generate, strict=True) if g],
             settings.max_new_tokens,
             batch_size,
         )

@@ -9,11 +9,13 @@ from the attention mask, so a padded row scores exactly as it would alone.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import Cache
 
 
 class ContextOverflowError(ValueError):
@@ -109,26 +111,81 @@ def pad_batch(
     return ids, mask, positions, offsets
 
 
-def forward_padded(
+@dataclass(frozen=True)
+class PrefixCache:
+    """The tokens that begin every row of a pass (an in-context edit's prefix), run
+    once: their keys and values, for one row.
+
+    A pass given it runs only each row's tokens after the prefix; its rows score as
+    if the prefix were in each, up to floating-point order.
+    """
+
+    ids: tuple[int, ...]
+    cache: Cache
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, model: PreTrainedModel, ids: Sequence[int]) -> PrefixCache:
+        """Run ``ids`` through ``model`` once and keep their cache."""
+        device = next(model.parameters()).device
+        output = model(
+            input_ids=torch.tensor([list(ids)], device=device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return cls(tuple(ids), output.cache)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self, n: int) -> Cache:
+        """A cache of ``n`` copies of the prefix, for one pass (passes extend it)."""
+        # a pass appends its rows' keys to the cache it is given: the prefix's own
+        # must stay as they are
+        cache = copy.deepcopy(self.cache)
+        cache.reorder_cache(torch.zeros(n, dtype=torch.long))
+        return cache
+
+
+def _with_prefix(
+    prefix: PrefixCache | None, mask: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """A pass's attention mask, positions and cache when its rows follow ``prefix``."""
+    if prefix is None:
+        return mask, positions, {}
+    ones = torch.ones((mask.shape[0], len(prefix)), dtype=mask.dtype)
+    return (
+        torch.cat([ones, mask], dim=1),
+        positions + len(prefix),
+        {"cache": prefix.rows(mask.shape[0])},
+    )
+
+
+def forward_padded(  # noqa: PLR0913 - the prefix is optional
     model: PreTrainedModel,
     sequences: Sequence[Sequence[int]],
     pad_id: int,
     side: str = "right",
     keep: torch.Tensor | None = None,
+    *,
+    prefix: PrefixCache | None = None,
 ) -> tuple[torch.Tensor, list[int]]:
     """Logits of a padded batch, and the offset at which each row starts.
 
     ``keep``: only these sequence positions get logits (the output head is the costly
-    part of a small model's forward pass); default all.
+    part of a small model's forward pass); default all. ``prefix``: every row follows
+    these cached tokens; ``sequences`` are the tokens after them.
     """
     ids, mask, positions, offsets = pad_batch(sequences, pad_id, side)
+    mask, positions, cache = _with_prefix(prefix, mask, positions)
     device = next(model.parameters()).device
     extra = {} if keep is None else {"logits_to_keep": keep.to(device)}
     logits = model(
         input_ids=ids.to(device),
         attention_mask=mask.to(device),
         position_ids=positions.to(device),
-        use_cache=False,
+        use_cache=prefix is not None,
+        **cache,
         **extra,
     ).logits
     return logits, offsets
@@ -138,6 +195,18 @@ def padding_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The token that fills padding: the tokenizer's pad token, else its EOS."""
     pad_id = tokenizer.pad_token_id
     return tokenizer.eos_token_id if pad_id is None else pad_id
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of ``lengths`` in batches of at most ``batch_size``, shortest first.
+
+    A padded batch costs its longest row times its size: on a CPU, where a small
+    model's forward pass is bound by its FLOPs, rows of like length waste the least.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def context_length(model: PreTrainedModel) -> int | None:
@@ -166,6 +235,7 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     *,
     batch_size: int = 16,
     padding_side: str | None = None,
+    prefix: str = "",
 ) -> list[AnswerScore]:
     """Score each answer after its prompt, in padded batches.
 
@@ -173,6 +243,7 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     the batch of distinct prompts runs once with a KV cache, which is then repeated for
     each of their answers; the answers' own pass is skipped when every answer is one
     token long. The first answer token is scored from the prompt pass's last position.
+    Prompts are batched by length (``length_batches``).
 
     Args:
         model: a causal LM.
@@ -181,6 +252,8 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
         answers: one answer per prompt.
         batch_size: distinct prompts per forward pass.
         padding_side: ``left`` or ``right``; default: the tokenizer's.
+        prefix: text before every prompt (an in-context edit's). Its tokens run once
+            (``PrefixCache``), where every prompt's joint tokens begin with them.
     """
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
@@ -188,37 +261,61 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     pad_id = padding_id(tokenizer)
     limit = context_length(model)
     pairs = [
-        encode_pair(tokenizer, p, a) for p, a in zip(prompts, answers, strict=True)
+        encode_pair(tokenizer, prefix + p, a)
+        for p, a in zip(prompts, answers, strict=True)
     ]
     for index, (prompt_ids, answer_ids) in enumerate(pairs):
         if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
             raise ContextOverflowError(index, len(prompt_ids) + len(answer_ids), limit)
+    cached = _shared_prefix(model, tokenizer, prefix, [p for p, _ in pairs])
+    if cached is not None:
+        pairs = [(p[len(cached) :], a) for p, a in pairs]
     # distinct prompts (by their tokens in the joint texts), with their pairs' indices
     groups: dict[tuple[int, ...], list[int]] = {}
     for index, (prompt_ids, _) in enumerate(pairs):
         groups.setdefault(tuple(prompt_ids), []).append(index)
     order = list(groups.values())
     scores: dict[int, AnswerScore] = {}
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        for index, score in _score_chunk(model, pairs, chunk, pad_id, side):
+    widths = [len(pairs[members[0]][0]) for members in order]
+    for batch in length_batches(widths, batch_size):
+        chunk = [order[i] for i in batch]
+        for index, score in _score_chunk(model, pairs, chunk, (pad_id, side), cached):
             scores[index] = score
     return [scores[i] for i in range(len(pairs))]
+
+
+def _shared_prefix(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prefix: str,
+    prompts: Sequence[Sequence[int]],
+) -> PrefixCache | None:
+    """The prefix's tokens, run once, when every prompt's joint tokens begin with them
+    and go on past them; else None (each prompt then runs whole)."""
+    # the prefix's last token can merge with the text after it (a trailing space)
+    ids = _encode(tokenizer, prefix)[:-1] if prefix else []
+    n = len(ids)
+    if not ids or any(len(p) <= n or list(p[:n]) != ids for p in prompts):
+        return None
+    return PrefixCache.of(model, ids)
 
 
 def _score_chunk(  # noqa: PLR0914 - one prompt pass, one answer pass
     model: PreTrainedModel,
     pairs: Sequence[tuple[list[int], list[int]]],
     chunk: Sequence[Sequence[int]],
-    pad_id: int,
-    side: str,
+    padding: tuple[int, str],
+    prefix: PrefixCache | None,
 ) -> list[tuple[int, AnswerScore]]:
-    """Scores of the pairs of ``chunk`` (lists of pair indices sharing a prompt)."""
+    """Scores of the pairs of ``chunk`` (lists of pair indices sharing a prompt), each
+    prompt after ``prefix`` where one is given."""
+    pad_id, side = padding
     device = next(model.parameters()).device
     prompt_seqs = [pairs[members[0]][0] for members in chunk]
     width = max(len(p) for p in prompt_seqs)
     last = [(width - 1 if side == "left" else len(p) - 1) for p in prompt_seqs]
     ids, mask, positions, _ = pad_batch(prompt_seqs, pad_id, side)
+    mask, positions, cache = _with_prefix(prefix, mask, positions)
     keep = sorted(set(last))
     output = model(
         input_ids=ids.to(device),
@@ -226,6 +323,7 @@ def _score_chunk(  # noqa: PLR0914 - one prompt pass, one answer pass
         position_ids=positions.to(device),
         use_cache=True,
         logits_to_keep=torch.tensor(keep, device=device),
+        **cache,
     )
     column = {position: i for i, position in enumerate(keep)}
     first_logprobs = torch.log_softmax(
