@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,23 @@ def test_failing_jar_is_a_clear_error(tmp_path):
         run_amie_jar(jar, kb, MiningParams(), java=str(java))
     with pytest.raises(RuleMiningError, match="AMIE jar not found"):
         run_amie_jar(tmp_path / "none.jar", kb, MiningParams(), java=str(java))
+
+
+def test_mining_imports_no_more_than_it_uses():
+    """`kebench mine-rules` is timed as a whole process against AMIE's: what it
+    imports and never uses (pandas, torch, Kedro) would count in its time."""
+    kb, expected = _reference("kg_mlake")
+    script = (
+        "import sys\n"
+        "from kebench.cli import cli\n"
+        f"cli(['mine-rules', {str(kb)!r}], standalone_mode=False)\n"
+        "heavy = sorted({'pandas', 'torch', 'kedro', 'transformers'} & set(sys.modules))\n"
+        "print('imported:', heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert "imported: []" in result.stderr
+    assert _columns_by_rule(_rule_lines(result.stdout)) == _columns_by_rule(
+        _rule_lines(expected)
+    )

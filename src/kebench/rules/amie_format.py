@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ _FIELD_COUNT = 8
 _CANONICAL_FRESH = "?z"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def java_decimal(value: float) -> str:
     """Format like Java ``new DecimalFormat("#.#########").format(value)``.
 
@@ -44,6 +46,9 @@ def java_decimal(value: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+# Rules repeat a few relation and variable names many times over: memoised, their
+# keys and texts are computed once per process rather than once per comparison.
+@functools.cache
 def java_order_key(text: str) -> bytes:
     """Sort key equal to Java's ``String.compareTo`` (UTF-16 code unit order)."""
     return text.encode("utf-16-be", "surrogatepass")
@@ -65,6 +70,11 @@ def sorted_body(body: Iterable[Atom]) -> tuple[Atom, ...]:
 
 def format_rule_text(body: Iterable[Atom], head: Atom) -> str:
     """``s  r  o  `` for each body atom, then `` => `` and the head, as AMIE prints."""
+    return _rule_text(tuple(body), head)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _rule_text(body: tuple[Atom, ...], head: Atom) -> str:
     atoms = "".join(f"{s}  {r}  {o}  " for s, r, o in sorted_body(body))
     return f"{atoms} => {head[0]}  {head[1]}  {head[2]}"
 

@@ -74,15 +74,15 @@ class KnowledgeBase:
             RuleMiningError: if there is no fact.
         """
         subjects, relations, objects = (
-            pa.array(column, type=pa.string())
+            column if isinstance(column, pa.Array) else pa.array(column, pa.string())
             for column in (subjects, relations, objects)
         )
         if len(relations) == 0:
             raise RuleMiningError(f"{source}: the knowledge base has no fact")
         entity_codes = pc.dictionary_encode(pa.concat_arrays([subjects, objects]))
-        entity_ids = entity_codes.indices.to_numpy().astype(np.int64)
+        entity_ids = _codes(entity_codes)
         relation_codes = pc.dictionary_encode(relations)
-        relation_ids = relation_codes.indices.to_numpy().astype(np.int64)
+        relation_ids = _codes(relation_codes)
         subject_ids = entity_ids[: len(relations)]
         object_ids = entity_ids[len(relations) :]
         order = np.lexsort((object_ids, subject_ids, relation_ids))
@@ -106,12 +106,44 @@ class KnowledgeBase:
         )
 
 
-def _java_lines(text: str) -> list[str]:
-    """Lines as Java's readLine returns them (no phantom line after a final break)."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return lines
+def _java_lines(text: str) -> pa.Array:
+    """Lines as Java's readLine returns them (no phantom line after a final break).
+
+    Built from the text's bytes rather than a Python list: pyarrow imports pandas
+    (half a second) to convert Python objects, and `kebench mine-rules` needs none.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if text.endswith("\n"):
+        text = text[:-1]
+    data = text.encode("utf-8")
+    offsets = np.array([0, len(data)], dtype=np.int64)
+    whole = pa.Array.from_buffers(
+        pa.large_string(), 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    lines = pc.split_pattern(whole, "\n").flatten().cast(pa.string())
+    return lines if text else lines.slice(0, 0)
+
+
+def _codes(encoded: pa.DictionaryArray) -> np.ndarray:
+    """A dictionary array's indices as int64, read from its buffer (``to_numpy``
+    imports pandas, see ``_java_lines``); dictionary_encode leaves no nulls."""
+    indices = encoded.indices
+    width = indices.type.bit_width // 8
+    values = np.frombuffer(
+        indices.buffers()[1],
+        dtype=np.dtype(f"<i{width}"),
+        count=len(indices),
+        offset=indices.offset * width,
+    )
+    return values.astype(np.int64)
+
+
+def _int32(value: int) -> pa.Scalar:
+    """An arrow int32 scalar, made without pyarrow's Python conversion (see
+    ``_java_lines``)."""
+    return pa.Array.from_buffers(
+        pa.int32(), 1, [None, pa.py_buffer(np.array([value], dtype=np.int32))]
+    )[0]
 
 
 def _clean_term(terms: pa.Array) -> pa.Array:
@@ -135,7 +167,7 @@ def read_amie_tsv(path: str | Path) -> KnowledgeBase:
         raise RuleMiningError(
             f"{path}: cannot read the knowledge base ({error})"
         ) from error
-    lines = pa.array(_java_lines(text), type=pa.string())
+    lines = _java_lines(text)
     lines = pc.if_else(
         pc.ends_with(lines, "."), pc.utf8_slice_codeunits(lines, 0, -1), lines
     )
@@ -143,10 +175,13 @@ def read_amie_tsv(path: str | Path) -> KnowledgeBase:
     field_counts = pc.list_value_length(fields)
     columns = []
     for field_count in (3, 4):
-        rows = fields.filter(pc.equal(field_counts, field_count))
+        rows = fields.filter(pc.equal(field_counts, _int32(field_count)))
         first = field_count - 3  # a fourth field is a leading fact id, dropped
         columns.append(
-            [_clean_term(pc.list_element(rows, first + offset)) for offset in range(3)]
+            [
+                _clean_term(pc.list_element(rows, _int32(first + offset)))
+                for offset in range(3)
+            ]
         )
     kept = sum(len(group[0]) for group in columns)
     skipped = len(lines) - kept

@@ -386,6 +386,7 @@ class _SparseKB:
         """Body sizes and masked row sums (both sides) of the products A_L1 · A_L2."""
         sums = _RowSums(self, len(first_labels))
         pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        pending_entries = 0
         join_row = np.full(self.n, -1, dtype=np.int64)
         by_second = np.argsort(second_labels, kind="stable")
         groups = np.split(by_second, _group_starts(second_labels[by_second])[1:])
@@ -402,18 +403,14 @@ class _SparseKB:
                 )
                 joined = join_row[self.label_y[positions]]
                 valid = joined >= 0
-                pending.append(
-                    (
-                        group[lo:hi][owners[valid]],
-                        self.label_x[positions[valid]],
-                        joined[valid],
-                    )
-                )
+                owners = group[lo:hi][owners[valid]]
+                pending.append((owners, self.label_x[positions[valid]], joined[valid]))
+                pending_entries += len(owners)
                 # Many small products go through one batch, to pay numpy's and
                 # scipy's per-call costs once.
-                if sum(len(entries[0]) for entries in pending) >= _ENTRY_CHUNK:
+                if pending_entries >= _ENTRY_CHUNK:
                     sums.add(*self._product_rows(pending))
-                    pending = []
+                    pending, pending_entries = [], 0
             join_row[self.row_entities[rows]] = -1
         if pending:
             sums.add(*self._product_rows(pending))

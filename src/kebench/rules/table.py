@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from kebench.rules.amie_format import canonical_rule_text, format_rule_line
 from kebench.rules.model import Rule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RULE_COLUMNS = (
     "rule_id",
@@ -49,6 +51,9 @@ def rule_record(rule: Rule) -> dict[str, object]:
 
 def to_frame(rules: list[Rule]) -> pd.DataFrame:
     """The rules table, in the order of the given rules."""
+    # imported here: `kebench mine-rules` needs no pandas, and its start-up counts
+    import pandas as pd  # noqa: PLC0415
+
     return pd.DataFrame(
         [rule_record(rule) for rule in rules], columns=list(RULE_COLUMNS)
     )
