@@ -8,8 +8,11 @@ parameters (the demo dataset, SmolLM2-135M-Instruct, ROME, 5 edits per risk, the
 hparams profile) and every output under a fresh scratch folder (``kebench.project.run_pipeline``), so
 nothing is reused: the model's conversion from its GGUF counts in the editing time, as
 on a fresh clone. MLflow tracking is left out (a local SQLite write per run). Prints one
-JSON object: {"total_s": ..., "pipelines": {"<name>": seconds, ...}}. Target: the whole
-run in at most 15 minutes on a 2-core CPU. ``--scheduler`` runs the shards of editing,
+JSON object: {"total_s": ..., "pipelines": {"<name>": seconds, ...}, "per_edit_s":
+{"editing": ..., "stealthiness": ...}, "edits": {...}}: a pipeline's seconds over the
+edits it worked on (editing: every edit made, the model's conversion included;
+stealthiness: every edit measured). Target: the whole run in at most 10 minutes on a
+2-core CPU. ``--scheduler`` runs the shards of editing,
 evaluation and stealthiness there instead (``compute.scheduler``, docs/scale_out.md).
 """
 
@@ -42,29 +45,47 @@ ORDER = (
 )
 
 
-def time_pipelines(root: Path, params: dict[str, str]) -> dict[str, float]:
-    """Seconds of each pipeline, run one after the other under ``root``."""
+# the table that counts the edits a pipeline worked on: one row per edit
+EDITS_OF = {"editing": "edit_manifest", "stealthiness": "stealth_scores"}
+
+
+def time_pipelines(
+    root: Path, params: dict[str, str]
+) -> tuple[dict[str, float], dict[str, int]]:
+    """Seconds of each pipeline, run one after the other under ``root``, and how
+    many edits the pipelines of ``EDITS_OF`` worked on."""
     missing = sorted(set(all_pipelines()) - set(ORDER))
     if missing:
         raise SystemExit(f"benchmarks/e2e.py: add {missing} to ORDER")
-    seconds = {}
+    seconds, edits = {}, {}
     for name in ORDER:
         started = time.perf_counter()
-        run_pipeline(name, params, root)
+        catalog = run_pipeline(name, params, root)
         seconds[name] = round(time.perf_counter() - started, 1)
         logging.getLogger(__name__).info("%s: %.1f s", name, seconds[name])
-    return seconds
+        if name in EDITS_OF:
+            edits[name] = len(catalog.load(EDITS_OF[name]))
+    return seconds, edits
 
 
 def run(args: argparse.Namespace) -> dict:
-    """The seconds of each pipeline and their total, in a scratch folder or ``--keep``."""
+    """The seconds of each pipeline, their total and the seconds per edit of editing
+    and stealthiness, in a scratch folder or ``--keep``."""
     with contextlib.ExitStack() as stack:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         params = {"hparams_profile": args.hparams_profile}
         if args.scheduler:
             params["scheduler"] = args.scheduler
-        seconds = time_pipelines(root, params)
-    return {"total_s": round(sum(seconds.values()), 1), "pipelines": seconds}
+        seconds, edits = time_pipelines(root, params)
+    return {
+        "total_s": round(sum(seconds.values()), 1),
+        "pipelines": seconds,
+        "per_edit_s": {
+            name: round(seconds[name] / count, 2) if count else None
+            for name, count in edits.items()
+        },
+        "edits": edits,
+    }
 
 
 def main() -> None:

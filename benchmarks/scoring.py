@@ -14,6 +14,12 @@ Prints one JSON object: {"batched_probes_per_s", "unbatched_probes_per_s", "spee
 "generations_equal", "peak_rss_mb", "n_probes", "max_abs_diff"}; max_abs_diff is the
 largest difference of a log-prob between the two ways, ``generations_equal`` the share
 of probes whose answer is the same both ways. Target (issue 6): speedup >= 3 on CPU.
+
+Drift (stealthiness): one edit's measures on the general sets (``measure_capability``
+at the pipeline's batch size, and one sequence at a time), ``drift_s_per_edit``,
+``drift_one_by_one_s_per_edit``, ``drift_speedup``; after an IKE-style prefix, which
+runs once through the KV cache, ``drift_ike_prefix_s_per_edit``; and the work itself:
+``drift_sequences_per_edit``, ``drift_tokens_per_edit``, ``drift_tokens_per_s``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,14 @@ import numpy as np
 with contextlib.redirect_stdout(sys.stderr):
     from model_cli import model_parser, print_result
 
-    from kebench.project import load_config, project_model, run_pipeline
+    from kebench.pipelines.stealthiness.nodes import build_general_sets
+    from kebench.project import (
+        load_config,
+        project_catalog,
+        project_model,
+        run_pipeline,
+    )
+    from kebench.scoring.drift import measure_capability
     from kebench.scoring.evaluate import ScoringSettings, score_pass
     from kebench.scoring.generation import GenerationSettings, generate_answers
     from kebench.scoring.logprobs import score_answers
@@ -63,11 +76,58 @@ def score_one_by_one(lm, probes) -> tuple[list[float], list[float]]:
     return old, new
 
 
+# an in-context edit's prefix of IKE's form (a demonstration, then the new fact)
+IKE_PREFIX = (
+    "New Fact: The capital of France is Lyon\nPrompt: The capital of France is Lyon"
+    "\n\nNew Fact: The capital of Japan is Kyoto\nPrompt: "
+)
+
+
+def time_drift(lm, scratch: Path) -> dict:
+    """One edit's drift measures (stealthiness's general sets), batched as the
+    pipeline runs them and one sequence at a time; and batched after an in-context
+    prefix, which runs once through the KV cache."""
+    catalog = project_catalog({}, scratch)
+    params = catalog.load("params:stealthiness")
+    sets = build_general_sets(
+        catalog.load("general_probes"),
+        catalog.load("neutral_texts"),
+        catalog.load("unrelated_prompts"),
+        catalog.load("general_benchmarks"),
+        params,
+    )
+    tokens = sum(
+        len(lm.tokenizer(text)["input_ids"])
+        for text in (*sets.texts, *sets.prompts, *sets.probes["prompt"])
+    )
+    seconds = {}
+    for name, size, prefix in (
+        ("batched", int(params["batch_size"]), ""),
+        ("one_by_one", 1, ""),
+        ("batched_ike_prefix", int(params["batch_size"]), IKE_PREFIX),
+    ):
+        started = time.perf_counter()
+        measure_capability(lm, sets, prefix, size)
+        seconds[name] = time.perf_counter() - started
+    return {
+        "drift_s_per_edit": round(seconds["batched"], 2),
+        "drift_one_by_one_s_per_edit": round(seconds["one_by_one"], 2),
+        "drift_speedup": round(seconds["one_by_one"] / seconds["batched"], 2),
+        "drift_ike_prefix_s_per_edit": round(seconds["batched_ike_prefix"], 2),
+        "drift_tokens_per_edit": tokens,
+        "drift_tokens_per_s": round(tokens / seconds["batched"]),
+        "drift_sequences_per_edit": len(sets.texts)
+        + len(sets.prompts)
+        + len(sets.probes),
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
     config = load_config({"dataset": args.dataset, "model": args.model})
     lm = project_model(args.model, config)
     with tempfile.TemporaryDirectory() as scratch:
         probes = build_probes(args.dataset, Path(scratch))
+        drift = time_drift(lm, Path(scratch))
     probes = probes.head(args.n_probes).reset_index(drop=True)
     logger.info("scoring %d probes", len(probes))
     settings = ScoringSettings(batch_size=args.batch_size)
@@ -114,6 +174,7 @@ def run(args: argparse.Namespace) -> dict:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "n_probes": len(probes),
         "max_abs_diff": float(np.nanmax(diffs)),
+        **drift,
     }
 
 
