@@ -55,6 +55,45 @@ def test_batched_answers_are_the_greedy_answers_of_each_prompt(lm):
         assert answer.stop == ("eos" if ended else "cap")
 
 
+# an in-context edit's prefix of IKE's form: it ends in a space, which the text after it
+# takes into its first token
+IKE_PREFIX = (
+    "New Fact: The capital of Japan is Kyoto\nPrompt: The capital of Japan is Kyoto"
+    "\n\nNew Fact: Hamlet was written by Goethe\nPrompt: "
+)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("context", ["prompt", "instruction"])
+def test_a_prefix_runs_once_and_answers_are_the_greedy_answers_after_it(lm, context):
+    settings = GenerationSettings(
+        context=context, stop_strings=(), max_new_tokens=8, batch_size=2
+    )
+    prefix_ids = lm.tokenizer(IKE_PREFIX)["input_ids"][:-1]
+    full_rows = []
+
+    def count(_module, _args, kwargs):
+        cache = kwargs.get("cache")
+        if cache is None or cache.get_seq_length() == 0:
+            full_rows.extend(kwargs["input_ids"].tolist())
+
+    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        answers = generate_answers(lm, QUESTIONS, settings, IKE_PREFIX)
+    finally:
+        hook.remove()
+    assert [row[: len(prefix_ids)] for row in full_rows] == [prefix_ids]
+    for question, answer in zip(QUESTIONS, answers, strict=True):
+        text = IKE_PREFIX + model_input(lm, question, settings)
+        tokens = greedy_by_hand(lm, text, 8)
+        kept = (
+            tokens[: tokens.index(lm.tokenizer.eos_token_id)]
+            if (lm.tokenizer.eos_token_id in tokens)
+            else tokens
+        )
+        assert answer.raw == lm.tokenizer.decode(kept, skip_special_tokens=True)
+
+
 @pytest.mark.model
 def test_an_answer_is_cut_at_its_first_stop_string_and_the_cap_is_flagged(lm):
     free = generate_answers(

@@ -29,6 +29,12 @@ import torch
 
 from kebench.models.loading import LoadedModel
 from kebench.schemas import GENERATIONS
+from kebench.scoring.logprobs import (
+    length_batches,
+    pad_batch,
+    padding_id,
+    shared_prefix,
+)
 from kebench.scoring.metrics import exact_match, token_f1
 
 CONTEXTS = ("prompt", "question", "instruction", "chat")
@@ -116,33 +122,45 @@ def generate_answers(
     """Greedy answers to ``texts`` (``model_input``'s), each after ``prefix`` (an
     in-context edit's demonstrations) and in the configured context."""
     tokenizer = lm.tokenizer
-    inputs = [prefix + model_input(lm, text, settings) for text in texts]
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    answers: list[Generation] = []
-    try:
-        for start in range(0, len(inputs), settings.batch_size):
-            batch = tokenizer(
-                inputs[start : start + settings.batch_size],
-                return_tensors="pt",
-                padding=True,
-                # the chat template already holds the special tokens
-                add_special_tokens=settings.context != "chat",
-            ).to(lm.model.device)
-            generated = lm.model.generate(
-                **batch,
-                max_new_tokens=settings.max_new_tokens,
-                do_sample=False,
-                stop_strings=list(settings.stop_strings) or None,
-                tokenizer=tokenizer,
-                pad_token_id=tokenizer.pad_token_id,
+    # the chat template already holds the special tokens
+    special = settings.context != "chat"
+    rows = [
+        list(
+            tokenizer(
+                prefix + model_input(lm, text, settings), add_special_tokens=special
+            )["input_ids"]
+        )
+        for text in texts
+    ]
+    cached = shared_prefix(lm.model, tokenizer, prefix, rows, special)
+    skip = len(cached) if cached is not None else 0
+    answers: dict[int, Generation] = {}
+    for batch in length_batches([len(r) for r in rows], settings.batch_size):
+        tails = [rows[i][skip:] for i in batch]
+        ids, mask, _, _ = pad_batch(tails, padding_id(tokenizer), "left")
+        extra = {}
+        if cached is not None:
+            # the prefix, then each row's padding and text: positions follow the mask
+            ids = torch.cat([torch.tensor([cached.ids] * len(batch)), ids], dim=1)
+            mask = torch.cat(
+                [torch.ones((len(batch), skip), dtype=mask.dtype), mask], 1
             )
-            width = batch["input_ids"].shape[1]
-            answers += [
-                _answer(row[width:].tolist(), tokenizer, settings) for row in generated
-            ]
-    finally:
-        tokenizer.padding_side = side
-    return answers
+            extra["cache"] = cached.rows(len(batch))
+        device = lm.model.device
+        generated = lm.model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            max_new_tokens=settings.max_new_tokens,
+            do_sample=False,
+            stop_strings=list(settings.stop_strings) or None,
+            tokenizer=tokenizer,
+            pad_token_id=tokenizer.pad_token_id,
+            **extra,
+        )
+        width = ids.shape[1]
+        for index, row in zip(batch, generated, strict=True):
+            answers[index] = _answer(row[width:].tolist(), tokenizer, settings)
+    return [answers[i] for i in range(len(rows))]
 
 
 def wild_match(text: str, answer: str, aliases: Sequence[str] = ()) -> float:

@@ -267,7 +267,7 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     for index, (prompt_ids, answer_ids) in enumerate(pairs):
         if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
             raise ContextOverflowError(index, len(prompt_ids) + len(answer_ids), limit)
-    cached = _shared_prefix(model, tokenizer, prefix, [p for p, _ in pairs])
+    cached = shared_prefix(model, tokenizer, prefix, [p for p, _ in pairs])
     if cached is not None:
         pairs = [(p[len(cached) :], a) for p, a in pairs]
     # distinct prompts (by their tokens in the joint texts), with their pairs' indices
@@ -284,16 +284,24 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     return [scores[i] for i in range(len(pairs))]
 
 
-def _shared_prefix(
+def shared_prefix(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prefix: str,
     prompts: Sequence[Sequence[int]],
+    special_tokens: bool = True,
 ) -> PrefixCache | None:
-    """The prefix's tokens, run once, when every prompt's joint tokens begin with them
-    and go on past them; else None (each prompt then runs whole)."""
+    """The prefix's tokens, run once, when every prompt's joint tokens (those of the
+    prefix and the prompt's text together) begin with them and go on past them; else
+    None (each prompt then runs whole). ``special_tokens``: whether the joint tokens
+    were made with the tokenizer's special tokens."""
     # the prefix's last token can merge with the text after it (a trailing space)
-    ids = _encode(tokenizer, prefix)[:-1] if prefix else []
+    if not prefix:
+        return None
+    if special_tokens:
+        ids = _encode(tokenizer, prefix)[:-1]
+    else:
+        ids = list(tokenizer(prefix, add_special_tokens=False)["input_ids"])[:-1]
     n = len(ids)
     if not ids or any(len(p) <= n or list(p[:n]) != ids for p in prompts):
         return None
