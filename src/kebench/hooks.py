@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from typing import Any
 
 from kedro.framework.hooks import hook_impl
@@ -90,3 +91,35 @@ class UpstreamOutputsHook:
                 f"these inputs have not been produced yet: {details}. Run first: "
                 f"kedro run --pipelines={','.join(needed)}{suffix}"
             )
+
+
+# what a person opens after a run: the reports and the plots
+REPORT_SUFFIXES = (".md", ".png")
+
+
+def _filepath(catalog: DataCatalog, name: str) -> str | None:
+    """Where a catalog entry writes, when it is a file."""
+    if name not in catalog:
+        return None
+    filepath = catalog.get(name)._describe().get("filepath")
+    return str(filepath) if filepath is not None else None
+
+
+class RunSummaryHook:
+    """After a run that made the headline table, print it and the paths of the run's
+    reports and plots (the last thing `make run` shows)."""
+
+    @hook_impl
+    def after_pipeline_run(self, pipeline: Pipeline, catalog: DataCatalog) -> None:
+        outputs = pipeline.all_outputs()
+        if "headline_table" not in outputs or not catalog.exists("headline_table"):
+            return
+        # imported here: settings load this module for every kedro command
+        from kebench.scoring.report import run_summary  # noqa: PLC0415
+
+        paths = sorted(
+            path
+            for name in outputs
+            if (path := _filepath(catalog, name)) and path.endswith(REPORT_SUFFIXES)
+        )
+        sys.stdout.write(run_summary(catalog.load("headline_table"), paths))

@@ -3,10 +3,10 @@
 from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
 
-from kebench.hooks import UpstreamOutputsHook
+from kebench.hooks import RunSummaryHook, UpstreamOutputsHook
 from kebench.models.registry import output_key
 
-HOOKS = (UpstreamOutputsHook(),)
+HOOKS = (UpstreamOutputsHook(), RunSummaryHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -169,6 +169,27 @@ def _table(frame: pd.DataFrame, keys: list[str], labels: list[str]) -> list[str]
     return lines
 
 
+def headline_markdown(headline: pd.DataFrame) -> str:
+    """The headline table as markdown: each measure in %, its 95% CI and n."""
+    labels = [label for *_, label in HEADLINE]
+    return "\n".join(_table(headline, ["model", "method", "risk"], labels))
+
+
+def run_summary(headline: pd.DataFrame, paths: list[str]) -> str:
+    """What a run prints at its end: the headline table and where its reports and
+    plots are."""
+    population = ", ".join(sorted(set(headline.get("population", []))))
+    lines = [
+        "",
+        f"Headline (population {population or '?'}; %, 95% CI, n):",
+        "",
+        headline_markdown(headline),
+    ]
+    if paths:
+        lines += ["", "Reports and plots:", *(f"  {path}" for path in paths)]
+    return "\n".join(lines) + "\n"
+
+
 def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     headline: pd.DataFrame,
     failures: pd.DataFrame,
@@ -187,7 +208,6 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
     generated answers; ``counterfact`` (``counterfact_table``), CounterFact's standard
     metrics."""
-    labels = [label for *_, label in HEADLINE]
     lines = [
         f"# {title}",
         "",
@@ -208,7 +228,7 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
         "before and after the edit (`argmax`). `unedited` is the floor: the base model "
         "scored as if it were edited.",
         "",
-        *_table(headline, ["model", "method", "risk"], labels),
+        headline_markdown(headline),
     ]
     if protocols is not None and len(protocols):
         labels = [label for *_, label in PROTOCOLS]
