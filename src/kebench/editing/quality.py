@@ -68,13 +68,18 @@ def measure_edits(
         unrelated = [p for p in probes if p.subject != request.subject]
         with delta_applied(model, delta):
             (new,) = score_answers(
-                model, tokenizer, [delta.prefix + request.text], [request.target_new]
+                model,
+                tokenizer,
+                [request.text],
+                [request.target_new],
+                prefix=delta.prefix,
             )
             edited = score_answers(
                 model,
                 tokenizer,
-                [delta.prefix + p.text for p in unrelated],
+                [p.text for p in unrelated],
                 [p.target_true for p in unrelated],
+                prefix=delta.prefix,
             )
         results.append(
             EditQuality(

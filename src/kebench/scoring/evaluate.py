@@ -127,9 +127,10 @@ def score_pass(
         answers = probes.loc[generate, "answer_new"]
         texts = greedy_answers(
             lm,
-            [prefix + p for p, g in zip(prompts, generate, strict=True) if g],
+            [p for p, g in zip(prompts, generate, strict=True) if g],
             settings.max_new_tokens,
             batch_size,
+            prefix,
         )
         scores.loc[generate, "gen_em"] = [
             exact_match(t, a) for t, a in zip(texts, answers, strict=True)
@@ -208,35 +209,23 @@ def edited_scores(
     return pd.concat(parts)
 
 
-@torch.no_grad()
 def greedy_answers(
-    lm: LoadedModel, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 16
+    lm: LoadedModel,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    batch_size: int = 16,
+    prefix: str = "",
 ) -> list[str]:
-    """Greedy continuations of ``prompts`` (left-padded batches), up to a newline."""
-    tokenizer = lm.tokenizer
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    outputs: list[str] = []
-    try:
-        for start in range(0, len(prompts), batch_size):
-            batch = tokenizer(
-                list(prompts[start : start + batch_size]),
-                return_tensors="pt",
-                padding=True,
-            )
-            batch = batch.to(lm.model.device)
-            generated = lm.model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            texts = tokenizer.batch_decode(
-                generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
-            )
-            outputs += [text.strip().split("\n")[0] for text in texts]
-    finally:
-        tokenizer.padding_side = side
-    return outputs
+    """Greedy continuations of ``prompts`` after ``prefix``, up to a newline (protocol
+    ``gen``): ``generate_answers`` without stop strings, its text cut here."""
+    settings = GenerationSettings(
+        context="prompt",
+        stop_strings=(),
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
+    answers = generate_answers(lm, prompts, settings, prefix)
+    return [answer.raw.strip().split("\n")[0] for answer in answers]
 
 
 def case_digests(probes: pd.DataFrame) -> dict[str, str]:
