@@ -68,8 +68,15 @@ def test_serve_llm_answers_chat_completions_until_stopped():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    # Ctrl-C as in a terminal: a test run launched as a background job of a script
+    # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
+    serve = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from kebench.cli import cli\n"
+        f"cli(['serve-llm', '--port', '{port}'])"
+    )
     server = subprocess.Popen(  # noqa: S603 - our own CLI
-        [sys.executable, "-m", "kebench", "serve-llm", "--port", str(port)],
+        [sys.executable, "-c", serve],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
