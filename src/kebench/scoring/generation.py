@@ -34,6 +34,7 @@ from kebench.scoring.logprobs import (
     pad_batch,
     padding_id,
     shared_prefix,
+    with_prefix,
 )
 from kebench.scoring.metrics import exact_match, token_f1
 
@@ -137,15 +138,12 @@ def generate_answers(
     answers: dict[int, Generation] = {}
     for batch in length_batches([len(r) for r in rows], settings.batch_size):
         tails = [rows[i][skip:] for i in batch]
-        ids, mask, _, _ = pad_batch(tails, padding_id(tokenizer), "left")
-        extra = {}
+        ids, mask, positions, _ = pad_batch(tails, padding_id(tokenizer), "left")
+        # generate() takes the positions from the mask, and its input ids whole
+        mask, _, extra = with_prefix(cached, mask, positions)
         if cached is not None:
-            # the prefix, then each row's padding and text: positions follow the mask
+            # the prefix, then each row's padding and text
             ids = torch.cat([torch.tensor([cached.ids] * len(batch)), ids], dim=1)
-            mask = torch.cat(
-                [torch.ones((len(batch), skip), dtype=mask.dtype), mask], 1
-            )
-            extra["cache"] = cached.rows(len(batch))
         device = lm.model.device
         generated = lm.model.generate(
             input_ids=ids.to(device),

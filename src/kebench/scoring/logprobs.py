@@ -147,7 +147,7 @@ class PrefixCache:
         return cache
 
 
-def _with_prefix(
+def with_prefix(
     prefix: PrefixCache | None, mask: torch.Tensor, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """A pass's attention mask, positions and cache when its rows follow ``prefix``."""
@@ -177,7 +177,7 @@ def forward_padded(  # noqa: PLR0913 - the prefix is optional
     these cached tokens; ``sequences`` are the tokens after them.
     """
     ids, mask, positions, offsets = pad_batch(sequences, pad_id, side)
-    mask, positions, cache = _with_prefix(prefix, mask, positions)
+    mask, positions, cache = with_prefix(prefix, mask, positions)
     device = next(model.parameters()).device
     extra = {} if keep is None else {"logits_to_keep": keep.to(device)}
     logits = model(
@@ -323,7 +323,7 @@ def _score_chunk(  # noqa: PLR0914 - one prompt pass, one answer pass
     width = max(len(p) for p in prompt_seqs)
     last = [(width - 1 if side == "left" else len(p) - 1) for p in prompt_seqs]
     ids, mask, positions, _ = pad_batch(prompt_seqs, pad_id, side)
-    mask, positions, cache = _with_prefix(prefix, mask, positions)
+    mask, positions, cache = with_prefix(prefix, mask, positions)
     keep = sorted(set(last))
     output = model(
         input_ids=ids.to(device),
