@@ -631,3 +631,59 @@ MITIGATION_PROBES = pa.DataFrameSchema(
     coerce=True,
     name="mitigation_probes",
 )
+
+# Lifelong editing (kebench.scoring.lifelong): a stream's probes, what each checkpoint
+# measured, and the curves and collapse points drawn from them.
+LIFELONG_STREAM = PROBES.add_columns(
+    {
+        "position": pa.Column(int, pa.Check.ge(1)),  # the stream's n-th edit
+        "rewritten_at": pa.Column(int, pa.Check.ge(0)),  # 0: no later edit rewrites it
+    }
+).set_name("lifelong_stream")
+
+LIFELONG_OUTCOMES = pa.DataFrameSchema(
+    {
+        "method": pa.Column(str),
+        "checkpoint": pa.Column(int, pa.Check.ge(0)),
+        "probe_id": pa.Column(str),
+        "case_id": pa.Column(str),
+        "probe_type": pa.Column(str, pa.Check.isin(PROBE_TYPES)),
+        "outcome": pa.Column(float, pa.Check.isin([0.0, 1.0]), nullable=True),
+    },
+    unique=["method", "checkpoint", "probe_id"],
+    strict=True,
+    coerce=True,
+    name="lifelong_outcomes",
+)
+
+LIFELONG_CURVES = pa.DataFrameSchema(
+    {
+        "method": pa.Column(str),
+        "checkpoint": pa.Column(int, pa.Check.ge(0)),
+        "measure": pa.Column(str),
+        "protocol": pa.Column(str),
+        "value": pa.Column(float),
+        "ci_low": pa.Column(float, nullable=True),
+        "ci_high": pa.Column(float, nullable=True),
+        "n": pa.Column(int, pa.Check.gt(0)),
+        "n_edits": pa.Column(int, pa.Check.ge(0)),
+    },
+    unique=["method", "checkpoint", "measure"],
+    strict=True,
+    coerce=True,
+    name="lifelong_curves",
+)
+
+LIFELONG_COLLAPSE = pa.DataFrameSchema(
+    {
+        "method": pa.Column(str, unique=True),
+        "collapse_at": pa.Column("Int64", nullable=True),  # None: retention held
+        "retention_at_collapse": pa.Column(float, UNIT, nullable=True),
+        "final_retention": pa.Column(float, UNIT, nullable=True),
+        "edits": pa.Column(int, pa.Check.ge(1)),
+        "failed": pa.Column(int, pa.Check.ge(0)),
+    },
+    strict=True,
+    coerce=True,
+    name="lifelong_collapse",
+)

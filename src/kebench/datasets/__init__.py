@@ -14,6 +14,7 @@ from kebench.datasets.openai_client_dataset import OpenAIClientDataset
 from kebench.datasets.rdf_datasets import AmieTsvDataset, NTriplesDataset
 from kebench.datasets.shard_partitions_dataset import ShardPartitionsDataset
 from kebench.datasets.sparql_endpoint_dataset import SparqlEndpointDataset
+from kebench.datasets.work_folder_dataset import WorkFolderDataset
 
 __all__ = [
     "AmieTsvDataset",
@@ -29,4 +30,5 @@ __all__ = [
     "OpenAIClientDataset",
     "ShardPartitionsDataset",
     "SparqlEndpointDataset",
+    "WorkFolderDataset",
 ]

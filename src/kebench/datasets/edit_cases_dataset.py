@@ -6,11 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from kebench.kg.edit_cases import (
-    RawEditCases,
-    load_edit_case_file,
-    load_edit_case_files,
-)
+from kebench.kg.edit_cases import RawEditCases, read_source
 
 
 def source_spec(source: str, sources: dict[str, Any]) -> dict[str, Any]:
@@ -41,21 +37,7 @@ class EditCasesDataset(AbstractDataset[None, RawEditCases]):
         self.metadata = metadata
 
     def load(self) -> RawEditCases:
-        filepath = self._spec["filepath"]
-        if isinstance(filepath, str):
-            records, origins, path = load_edit_case_file(filepath), (), filepath
-        else:
-            records, origins = load_edit_case_files(list(filepath))
-            path = ", ".join(str(file) for file in filepath)
-        return RawEditCases(
-            source=self._source,
-            format=self._spec["format"],
-            risk=self._spec["risk"],
-            path=path,
-            records=records,
-            skip_invalid=self._spec.get("skip_invalid", False),
-            origins=origins,
-        )
+        return read_source(self._source, {"edit_cases": self._spec})
 
     def save(self, data: RawEditCases) -> None:
         raise DatasetError("edit cases are raw input; kebench never writes them")

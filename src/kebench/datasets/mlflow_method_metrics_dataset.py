@@ -7,13 +7,16 @@ A kebench run evaluates one or several methods. Its metrics are logged twice:
   keyed ``<prefix>.<key>``: the same keys for every method, in this run and in any
   other, so selecting child runs in the UI compares methods metric by metric.
 
-Every pipeline of one ``kedro run`` logs into the same child run of a method.
+Every pipeline of one ``kedro run`` logs into the same child run of a method. A value
+may be a mapping ``{step: value}`` (a curve, e.g. a measure per checkpoint of a
+lifelong stream): it is logged at those steps.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import mlflow
@@ -45,7 +48,22 @@ def method_run_id(client: MlflowClient, parent: mlflow.ActiveRun, method: str) -
     return child.info.run_id
 
 
-class MlflowMethodMetricsDataset(AbstractDataset[dict[str, dict[str, float]], None]):
+Values = dict[str, dict[str, float | Mapping[int, float]]]
+
+
+def _metrics(values: Mapping[str, Any], prefix: str, now: int) -> list[Metric]:
+    """MLflow metrics of ``{key: value or {step: value}}``, keys after ``prefix``."""
+    metrics = []
+    for key, value in values.items():
+        steps = value if isinstance(value, Mapping) else {0: value}
+        metrics += [
+            Metric(f"{prefix}{key}", float(v), now, int(step))
+            for step, v in steps.items()
+        ]
+    return metrics
+
+
+class MlflowMethodMetricsDataset(AbstractDataset[Values, None]):
     """Write-only: ``{method: {key: value}}`` logged to the active MLflow run and to
     each method's child run (see the module). Without an active run (a pipeline run
     outside ``kedro run``), nothing is logged.
@@ -58,25 +76,22 @@ class MlflowMethodMetricsDataset(AbstractDataset[dict[str, dict[str, float]], No
         self._prefix = prefix
         self.metadata = metadata
 
-    def save(self, data: dict[str, dict[str, float]]) -> None:
+    def save(self, data: Values) -> None:
         parent = mlflow.active_run()
         if parent is None:
             logger.info("no active MLflow run: %s metrics not logged", self._prefix)
             return
         client = MlflowClient()
-        flat = {
-            f"{self._prefix}.{method}.{key}": value
-            for method, values in data.items()
-            for key, value in values.items()
-        }
-        mlflow.log_metrics(flat)
         now = int(time.time() * 1000)
+        flat = [
+            metric
+            for method, values in data.items()
+            for metric in _metrics(values, f"{self._prefix}.{method}.", now)
+        ]
+        client.log_batch(parent.info.run_id, metrics=flat)
         for method, values in data.items():
             run_id = method_run_id(client, parent, method)
-            metrics = [
-                Metric(f"{self._prefix}.{key}", float(value), now, 0)
-                for key, value in values.items()
-            ]
+            metrics = _metrics(values, f"{self._prefix}.", now)
             client.log_batch(run_id, metrics=metrics)
             # finished between pipelines; a later pipeline of the run may log again
             client.set_terminated(run_id)

@@ -1,4 +1,4 @@
-"""Kedro datasets of the editing pipeline: hparams files, the delta store, the stats cache."""
+"""Kedro datasets of the editing pipeline: hparams files and the delta store."""
 
 from __future__ import annotations
 
@@ -106,27 +106,6 @@ class DeltaStoreDataset(AbstractDataset[EditOutcome, DeltaStore]):
 
     def _exists(self) -> bool:
         return self._filepath.is_dir()
-
-    def _describe(self) -> dict[str, Any]:
-        return {"filepath": str(self._filepath)}
-
-
-class StatsCacheDataset(AbstractDataset[None, Path]):
-    """Read-only: the folder where covariance statistics are cached, created on demand.
-
-    Args:
-        filepath: the folder (``data/06_models/stats``).
-    """
-
-    def __init__(self, filepath: str, metadata: dict[str, Any] | None = None) -> None:
-        self._filepath = Path(filepath)
-        self.metadata = metadata
-
-    def load(self) -> Path:
-        return self._filepath
-
-    def save(self, data: Path) -> None:
-        raise DatasetError("statistics are written by the methods that compute them")
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath)}

@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,11 @@ def _groups(
     return chunks(units, max(size, 1))
 
 
+# Told after each unit of a sequential run, while the model holds every delta so far:
+# how many requests are done, the unit's delta (None: it failed) and its fingerprint.
+OnApplied = Callable[[int, Delta | None, str], None]
+
+
 def run_job(  # noqa: PLR0913 - the run's inputs
     lm: LoadedModel,
     requests: Sequence[EditRequest],
@@ -231,9 +236,12 @@ def run_job(  # noqa: PLR0913 - the run's inputs
     context: EditContext,
     max_relative_norm: float,
     first_order: int = 0,
+    on_applied: OnApplied | None = None,
 ) -> Iterator[EditOutcome]:
     """Yield one outcome per request; skip those already stored with the same
-    fingerprint. ``first_order``: the run's position of the first request (a shard's)."""
+    fingerprint. ``first_order``: the run's position of the first request (a shard's).
+    ``on_applied`` (sequential mode): called after each unit, stored or new, with the
+    model in its state after that unit (a lifelong stream measures it there)."""
     name, mode = job.method.name, job.mode
     stored = store.rows(name, mode)
     applied: list[Applied] = []
@@ -247,12 +255,14 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                 unit_fp = unit_fingerprint(lm.name, job, unit, context.seed, previous)
                 if _unit_stored(stored, unit, unit_fp):
                     first = stored[unit[0].case_id]
+                    replayed = None
                     if mode == "sequential" and first["status"] == "ok":
-                        applied.append(
-                            apply_delta(lm.model, store.load(first["delta_file"]))
-                        )
+                        replayed = store.load(first["delta_file"])
+                        applied.append(apply_delta(lm.model, replayed))
                     previous = unit_fp if mode == "sequential" else ""
                     progress.update(len(unit))
+                    if on_applied is not None and mode == "sequential":
+                        on_applied(order + len(unit) - first_order, replayed, unit_fp)
                 else:
                     pending.append((unit, unit_fp, order))
                 order += len(unit)
@@ -283,6 +293,9 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                     applied.append(apply_delta(lm.model, delta))
                 previous = unit_fp if mode == "sequential" else ""
                 progress.update(len(unit))
+                if on_applied is not None and mode == "sequential":
+                    done = first_position + len(unit) - first_order
+                    on_applied(done, None if reason else delta, unit_fp)
     finally:
         progress.close()
         for done in reversed(applied):

@@ -121,6 +121,28 @@ class RelationCatalog:
         return self.labels.get(relation_id, relation_id)
 
 
+def read_source(name: str, spec: Mapping[str, Any]) -> RawEditCases:
+    """The raw records of a configured source (``globals.yml``'s ``sources.<name>``):
+    its ``edit_cases`` entry's ``filepath`` (one file, or a list read in order),
+    ``format``, ``risk`` and optional ``skip_invalid``."""
+    cases = spec["edit_cases"]
+    filepath = cases["filepath"]
+    if isinstance(filepath, str):
+        records, origins, path = load_edit_case_file(filepath), (), filepath
+    else:
+        records, origins = load_edit_case_files(list(filepath))
+        path = ", ".join(str(file) for file in filepath)
+    return RawEditCases(
+        source=name,
+        format=cases["format"],
+        risk=cases["risk"],
+        path=path,
+        records=records,
+        skip_invalid=cases.get("skip_invalid", False),
+        origins=origins,
+    )
+
+
 def _text(value: Any) -> str | None:
     """A stripped string, or None for missing/empty values. MQuAKE nests {"str": ...}."""
     if isinstance(value, dict):
