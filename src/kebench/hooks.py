@@ -12,6 +12,7 @@ from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
 import kebench.pipelines
+from kebench.pipelines import NOT_IN_DEFAULT
 
 
 def all_pipelines() -> dict[str, Pipeline]:
@@ -79,7 +80,13 @@ class UpstreamOutputsHook:
     def before_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> None:
-        missing, needed = missing_upstream(pipeline, catalog, all_pipelines())
+        # a pipeline outside the default run (lifelong) is never the one to run first
+        producers = {
+            name: registered
+            for name, registered in all_pipelines().items()
+            if name not in NOT_IN_DEFAULT
+        }
+        missing, needed = missing_upstream(pipeline, catalog, producers)
         if missing:
             details = "; ".join(
                 f"{d} (from {', '.join(p)})" for d, p in missing.items()

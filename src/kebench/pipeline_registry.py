@@ -3,9 +3,7 @@
 from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
 
-# Not part of a plain `kedro run`: a lifelong stream is hours of editing on a CPU
-# (`kedro run --pipelines=lifelong`, docs/lifelong.md).
-NOT_IN_DEFAULT = ("lifelong",)
+from kebench.pipelines import NOT_IN_DEFAULT
 
 
 def register_pipelines() -> dict[str, Pipeline]:

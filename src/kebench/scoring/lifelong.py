@@ -473,7 +473,8 @@ def checkpoint_table(
                 "checkpoint": done,
                 "failed": r["failed"],
                 "reason": r["reason"],
-                **r["model_measures"],
+                # sorted: a record read back from its JSON file has sorted keys
+                **dict(sorted(r["model_measures"].items())),
                 "edit_s": edit_s,
                 "measure_s": r["measure_s"],
             }
