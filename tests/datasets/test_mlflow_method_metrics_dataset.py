@@ -57,3 +57,31 @@ def test_without_an_active_run_nothing_is_logged(tmp_path):
     client = MlflowClient(tracking_uri=uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     assert client.search_runs(experiments) == []
+
+
+def test_a_curve_is_logged_at_its_steps(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.set_experiment("curves")
+        with mlflow.start_run() as parent:
+            MlflowMethodMetricsDataset(prefix="lifelong").save(
+                {"ROME": {"retention": {0: 1.0, 10: 0.75, 50: 0.25}, "collapse_at": 50}}
+            )
+    finally:
+        mlflow.set_tracking_uri(None)
+    client = MlflowClient(tracking_uri=uri)
+    history = client.get_metric_history(parent.info.run_id, "lifelong.ROME.retention")
+    assert sorted((m.step, m.value) for m in history) == [
+        (0, 1.0),
+        (10, 0.75),
+        (50, 0.25),
+    ]
+    child = next(
+        r
+        for r in client.search_runs([parent.info.experiment_id])
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    )
+    steps = client.get_metric_history(child.info.run_id, "lifelong.retention")
+    assert [m.step for m in sorted(steps, key=lambda m: m.step)] == [0, 10, 50]
+    assert child.data.metrics["lifelong.collapse_at"] == 50

@@ -19,6 +19,7 @@ import pytest
 
 from kebench.editing.delta import delta_applied
 from kebench.editing.store import DeltaStore
+from kebench.pipelines.lifelong.nodes import plan_lifelong_stream
 from kebench.project import PROJECT_ROOT, project_catalog, run_in_catalog
 from kebench.schemas import LIFELONG_COLLAPSE, LIFELONG_CURVES, LIFELONG_OUTCOMES
 from tests.pipelines.conftest import DEMO_EDITS
@@ -186,3 +187,16 @@ def test_a_run_killed_mid_stream_resumes_to_the_same_results(
     after = written()
     assert len(after) == EDITS
     assert {case: after[case] for case in before} == before
+
+
+def test_an_unknown_top_up_source_is_named(evaluated_root):
+    catalog = lifelong_catalog(evaluated_root)
+    params = catalog.load("params:lifelong") | {"edits": 10_000, "top_up": "nowhere"}
+    with pytest.raises(ValueError, match=r"lifelong\.top_up: unknown source 'nowhere'"):
+        plan_lifelong_stream(
+            catalog.load("probes"),
+            catalog.load("entailed_facts"),
+            catalog.load("params:relations"),
+            catalog.load("params:risk_unification"),
+            params,
+        )
