@@ -223,8 +223,8 @@ def _groups(
 
 
 # Told after each unit of a sequential run, while the model holds every delta so far:
-# how many requests are done, the unit's delta (None: it failed) and its fingerprint.
-OnApplied = Callable[[int, Delta | None, str], None]
+# how many requests are done, and the unit's delta (None: it failed).
+OnApplied = Callable[[int, Delta | None], None]
 
 
 def run_job(  # noqa: PLR0913 - the run's inputs
@@ -262,7 +262,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                     previous = unit_fp if mode == "sequential" else ""
                     progress.update(len(unit))
                     if on_applied is not None and mode == "sequential":
-                        on_applied(order + len(unit) - first_order, replayed, unit_fp)
+                        on_applied(order + len(unit) - first_order, replayed)
                 else:
                     pending.append((unit, unit_fp, order))
                 order += len(unit)
@@ -295,7 +295,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                 progress.update(len(unit))
                 if on_applied is not None and mode == "sequential":
                     done = first_position + len(unit) - first_order
-                    on_applied(done, None if reason else delta, unit_fp)
+                    on_applied(done, None if reason else delta)
     finally:
         progress.close()
         for done in reversed(applied):

@@ -417,7 +417,7 @@ def run_stream(  # noqa: PLR0913 - the stream's inputs
             {k: round(v, 4) for k, v in record["model_measures"].items()},
         )
 
-    def on_applied(done: int, delta: Delta | None, unit_fp: str) -> None:
+    def on_applied(done: int, delta: Delta | None) -> None:
         if delta is None:
             state.failed += 1
         else:
