@@ -44,6 +44,8 @@ def plot_curves(curves: pd.DataFrame) -> Figure:
         ax.set_xlabel("edits so far")
         if measure in PERCENT:
             ax.set_ylim(-0.05, 1.05)
+        elif measure == "perplexity":  # a collapsed model's runs to 10^5 and more
+            ax.set_yscale("log")
     for ax in list(axes.flat)[len(measures) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize="small")
@@ -97,15 +99,21 @@ def lifelong_markdown(
         table["edit s"] = times["edit_s"].map("{:.1f}".format)
         table["measure s"] = times["measure_s"].map("{:.1f}".format)
         lines += [f"## {method}", "", *_markdown(table.reset_index()), ""]
+    percent = ["retention_at_collapse", "final_retention"]
     shown = collapse.assign(
         collapse_at=collapse["collapse_at"]
         .astype(object)
-        .where(collapse["collapse_at"].notna(), "none")
+        .where(collapse["collapse_at"].notna(), "none"),
+        **{
+            c: collapse[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:.1f}")
+            for c in percent
+        },
     )
     lines += [
         "## Collapse",
         "",
-        f"The first checkpoint where retention falls below {100 * below:.0f}%.",
+        f"The first checkpoint where retention falls below {100 * below:.0f}% "
+        "(retention in %).",
         "",
         *_markdown(shown),
         "",
