@@ -177,7 +177,7 @@ def build_stream(
             f"lifelong.edits: a stream needs at least one edit, got {n_edits}"
         )
     parts = [probes]
-    if top_up is not None and _n_cases(probes) < n_edits:
+    if top_up is not None and edit_count(probes) < n_edits:
         known = set(probes["case_id"])
         parts.append(top_up[~top_up["case_id"].isin(known)])
     every = pd.concat(parts, ignore_index=True)
@@ -213,7 +213,8 @@ def build_stream(
     return Stream(tuple(requests), chosen.set_index("probe_id", drop=False))
 
 
-def _n_cases(probes: pd.DataFrame) -> int:
+def edit_count(probes: pd.DataFrame) -> int:
+    """How many edits a probes table holds: its cases with a direct probe."""
     return probes.loc[probes["probe_type"] == "direct", "case_id"].nunique()
 
 

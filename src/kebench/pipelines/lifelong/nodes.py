@@ -33,6 +33,7 @@ from kebench.scoring.lifelong import (
     checkpoint_table,
     collapse_points,
     curves,
+    edit_count,
     outcome_table,
     run_stream,
 )
@@ -71,7 +72,7 @@ def plan_lifelong_stream(
     """The stream's edits and the probes measured on them: the dataset's edits in
     table order, topped up from ``lifelong.top_up`` when it holds fewer than asked."""
     n_edits = int(params["edits"])
-    direct = probes.loc[probes["probe_type"] == "direct", "case_id"].nunique()
+    direct = edit_count(probes)
     top_up = (
         _top_up_probes(params, relations, risk_params["qa_format"])
         if direct < n_edits
