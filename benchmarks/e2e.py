@@ -1,7 +1,7 @@
 """Time the whole demo run (what `make run` runs) and each pipeline in it.
 
 Usage: python benchmarks/e2e.py [--keep DIR] [--scheduler local-cluster:2]
-                                [--hparams-profile fast]
+                                [--hparams-profile fast] [--n-edits N|all]
 
 Runs every registered pipeline in data-flow order, in one process, with `make run`'s
 parameters (the demo dataset, SmolLM2-135M-Instruct, ROME, 5 edits per risk, the fast
@@ -14,6 +14,8 @@ edits it worked on (editing: every edit made, the model's conversion included;
 stealthiness: every edit measured). Target: the whole run in at most 10 minutes on a
 2-core CPU. ``--scheduler`` runs the shards of editing,
 evaluation and stealthiness there instead (``compute.scheduler``, docs/scale_out.md).
+``--n-edits`` edits that many of each risk instead of `make run`'s 5 (``all``: every
+edit), to see what a larger default run would cost.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> dict:
     with contextlib.ExitStack() as stack:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         params = {"hparams_profile": args.hparams_profile}
+        if args.n_edits:
+            params["n_edits"] = args.n_edits
         if args.scheduler:
             params["scheduler"] = args.scheduler
         seconds, edits = time_pipelines(root, params)
@@ -102,6 +106,9 @@ def main() -> None:
         "--hparams-profile",
         default="fast",
         help="the hparams profile (make run's: fast; faithful for the reference values)",
+    )
+    parser.add_argument(
+        "--n-edits", help="edits per risk (make run's: 5; all: every edit)"
     )
     print_result(run, parser.parse_args())
 

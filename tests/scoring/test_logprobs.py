@@ -88,6 +88,29 @@ def test_batched_scores_match_plain_computation(lm, side):
     assert [s.n_tokens for s in scores][1] > 1  # a multi-token answer
 
 
+@pytest.mark.model
+def test_a_pair_asked_twice_runs_once(lm):
+    """A locality probe asks its one answer as old and new: the answer's rows run once
+    (counted at the model's input), and every copy scores as the plain computation."""
+    prompts = [PROMPTS[1], PROMPTS[1], PROMPTS[0], PROMPTS[1]]
+    answers = [ANSWERS[1], ANSWERS[1], ANSWERS[0], SHARED[1][1]]
+    answer_rows = []
+
+    def count(_module, _args, kwargs):
+        if kwargs.get("cache") is not None:
+            answer_rows.append(len(kwargs["input_ids"]))
+
+    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        scores = score_answers(lm.model, lm.tokenizer, prompts, answers, batch_size=4)
+    finally:
+        hook.remove()
+    for score, pair in zip(scores, zip(prompts, answers, strict=True), strict=True):
+        assert score.logprob == pytest.approx(plain_logprob(lm, *pair)[0], abs=1e-4)
+    # one answer pass, a row per distinct pair (four without the repeat left out)
+    assert answer_rows == [3]
+
+
 # an in-context edit's prefix (IKE's ends in a space, which merges with the prompt)
 PREFIXES = [
     "New Fact: The capital of Japan is Kyoto\nPrompt: The capital of Japan is Kyoto"

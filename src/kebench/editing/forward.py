@@ -151,20 +151,26 @@ class _Passthrough(nn.Module):
 
 
 class _Replay(nn.Module):
-    """Stands in for the last frozen layer: returns its cached output, plus an edit."""
+    """Stands in for the last frozen layer: returns its cached output of the rows being
+    run (``rows``, all when None), plus an edit of those rows."""
 
     def __init__(
-        self, cached: torch.Tensor, as_tuple: bool, edit: Callable | None
+        self,
+        cached: torch.Tensor,
+        as_tuple: bool,
+        edit: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None,
     ) -> None:
         super().__init__()
         self.cached = cached
         self.as_tuple = as_tuple
         self.edit = edit
+        self.rows: torch.Tensor | None = None
 
     def forward(
         self, hidden_states: torch.Tensor, *args: object, **kwargs: object
     ) -> object:
-        out = self.cached if self.edit is None else self.edit(self.cached)
+        cached = self.cached if self.rows is None else self.cached[self.rows]
+        out = cached if self.edit is None else self.edit(cached, self.rows)
         return (out,) if self.as_tuple else out
 
 
@@ -174,13 +180,11 @@ def frozen_below(
     layer_tmp: str,
     last_frozen: int,
     batch: Batch,
-    edit: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> Iterator[None]:
     """Compute layers 0..``last_frozen`` on ``batch`` once; inside the block they replay.
 
     Later forward passes on the same batch skip those layers: their output comes from
-    the cache, passed through ``edit`` (e.g. adding a vector at the subject's token).
-    Only for layers whose weights do not change inside the block.
+    the cache. Only for layers whose weights do not change inside the block.
     """
     if last_frozen < 0:
         yield
@@ -201,7 +205,7 @@ def frozen_below(
     as_tuple = isinstance(stored["output"], tuple)
     cached = first_tensor(stored["output"]).detach()
     with _replaced_below(
-        model, layer_tmp, last_frozen, _Replay(cached, as_tuple, edit)
+        model, layer_tmp, last_frozen, _Replay(cached, as_tuple, None)
     ):
         yield
 
@@ -255,16 +259,19 @@ def frozen_prefix(
     layer_tmp: str,
     last_frozen: int,
     batch: SplitBatch,
-    edit: Callable[[torch.Tensor], torch.Tensor],
-) -> Iterator[Callable[[], torch.Tensor]]:
+    edit: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+) -> Iterator[Callable[[torch.Tensor | None], torch.Tensor]]:
     """Like ``frozen_below``, and also the tokens before each row's cut at every layer.
 
     ``edit`` changes layer ``last_frozen``'s output at the cut tokens only (a vector at
     the subject's last token), so what comes before the cut never changes: its keys and
     values at every layer are computed once, and each pass inside the block runs only
     the tokens from the cut on, through the layers above ``last_frozen``. The block
-    gets a function that runs that pass and returns its last hidden states, (rows,
-    tokens from the cut). Only for layers whose weights do not change inside the block.
+    gets a function that runs that pass on some rows of the batch (all when None) and
+    returns their last hidden states, (rows, tokens from the cut); ``edit`` gets that
+    layer's output of those rows and the rows. Rows never see each other, so a row's
+    result does not depend on which others run with it. Only for layers whose weights
+    do not change inside the block.
     """
     stored: dict[str, object] = {}
 
@@ -291,17 +298,21 @@ def frozen_prefix(
     as_tuple = isinstance(stored["output"], tuple)
     after = first_tensor(stored["output"])[:, batch.width :].detach()
 
-    def run() -> torch.Tensor:
-        _restore(cache, prefix)
+    replay = _Replay(after, as_tuple, edit)
+
+    def run(rows: torch.Tensor | None = None) -> torch.Tensor:
+        every = slice(None) if rows is None else rows
+        _restore(cache, [(keys[every], values[every]) for keys, values in prefix])
+        replay.rows = rows
         return model.base_model(
-            input_ids=batch.ids[:, batch.width :],
-            attention_mask=batch.mask,
-            position_ids=batch.positions[:, batch.width :],
+            input_ids=batch.ids[every, batch.width :],
+            attention_mask=batch.mask[every],
+            position_ids=batch.positions[every, batch.width :],
             cache=cache,
             use_cache=True,
         ).last_hidden_state
 
-    with _replaced_below(model, layer_tmp, last_frozen, _Replay(after, as_tuple, edit)):
+    with _replaced_below(model, layer_tmp, last_frozen, replay):
         yield run
 
 

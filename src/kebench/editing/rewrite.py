@@ -27,7 +27,9 @@ never change for any token: both are computed once (``frozen_prefix``), and each
 runs only the tokens from the subject on through the layers above. Logits are computed
 only at the target tokens. The reference's last evaluation, after which it stops
 whatever the loss, only reports that loss, and is not run. Several edits' values are
-optimised in one batch, each as alone (``optimise_values``). Its one extension that
+optimised in one batch, each as alone (``optimise_values``), and an edit that meets
+its stopping rule leaves the batch: later steps run only the rows of the edits still
+going. Its one extension that
 does change the result, ``v_stop_loss`` (stop once the targets' mean NLL is below it),
 is off (None) unless an hparams file sets it: the fast profile's files do.
 """
@@ -286,7 +288,8 @@ def optimise_values(  # noqa: PLR0913 - the edits, where, and how
     Up to ``per_batch`` requests are optimised side by side, each exactly as alone:
     every row of the batch carries one request's δ, so a request's loss reaches no
     other δ; each δ is a parameter of its own (Adam's state is per parameter), and one
-    that meets the stopping rule gets no more updates while the others go on. One
+    that meets the stopping rule gets no more updates, nor rows in the batch, while the
+    others go on. One
     batch of all their rows fills the matrix products that a single edit's ~35 rows
     leave mostly idle (docs/editing.md, "Speed at identical settings").
     """
@@ -330,14 +333,14 @@ def _optimise_batch(  # noqa: PLR0913, PLR0915 - the edits, where, and how
     kl_rows = torch.arange(
         len(plan.sequences) - n_edits, len(plan.sequences), device=device
     )
+    token_cols = batch.after_cut(
+        token_rows, torch.tensor(plan.token_cols, device=device)
+    )
     # the KL term reads the next-token distribution at the KL prompt's subject token
-    at_rows = torch.cat([token_rows, kl_rows])
-    at_cols = batch.after_cut(
-        at_rows,
-        torch.tensor([*plan.token_cols, *plan.subject_cols[-n_edits:]], device=device),
+    kl_cols = batch.after_cut(
+        kl_rows, torch.tensor(plan.subject_cols[-n_edits:], device=device)
     )
     labels = torch.tensor(plan.labels, device=device)
-    n_tokens = len(plan.labels)
     row_edit = torch.tensor(plan.row_edit, device=device)
     rewrite_rows = len(plan.sequences) - n_edits
     counts = torch.bincount(token_rows, minlength=rewrite_rows).float()
@@ -345,13 +348,14 @@ def _optimise_batch(  # noqa: PLR0913, PLR0915 - the edits, where, and how
     deltas = [torch.zeros(width, device=device, requires_grad=True) for _ in requests]
     optimiser = torch.optim.Adam(deltas, lr=settings.lr)
 
-    def edit(hidden: torch.Tensor) -> torch.Tensor:
+    def edit(hidden: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         # each row's vector at the subject token: column 0 of the part after the cut
         at_subject = torch.zeros(
             hidden.shape[:2] + (1,), dtype=hidden.dtype, device=hidden.device
         )
         at_subject[:, 0] = 1
-        per_row = torch.stack(deltas)[row_edit].to(hidden.dtype)
+        edits = row_edit if rows is None else row_edit[rows]
+        per_row = torch.stack(deltas)[edits].to(hidden.dtype)
         return hidden + at_subject * per_row[:, None, :]
 
     norms = torch.tensor(init_norms, device=device)
@@ -368,11 +372,25 @@ def _optimise_batch(  # noqa: PLR0913, PLR0915 - the edits, where, and how
         # the reference's last pass only reports its loss (δ no longer changes after
         # it), so it is not run: steps - 1 passes, each followed by an update
         for _ in range(settings.steps - 1):
-            hidden = run_after_cut()
-            logprobs = torch.log_softmax(head(hidden[at_rows, at_cols]).float(), dim=-1)
-            token_lp = logprobs[:n_tokens].gather(1, labels[:, None]).squeeze(1)
+            # an edit that met the stopping rule leaves the batch: only the rows of
+            # the edits still going are run (each row's result is the same either way)
+            going = torch.tensor(active, device=device)
+            rows = going[row_edit].nonzero().squeeze(1)
+            place = torch.full_like(row_edit, -1)
+            place[rows] = torch.arange(len(rows), device=device)
+            hidden = run_after_cut(rows)
+            tokens = going[row_edit[token_rows]].nonzero().squeeze(1)
+            going_edits = going.nonzero().squeeze(1)
+            picked = hidden[
+                place[torch.cat([token_rows[tokens], kl_rows[going_edits]])],
+                torch.cat([token_cols[tokens], kl_cols[going_edits]]),
+            ]
+            logprobs = torch.log_softmax(head(picked).float(), dim=-1)
+            token_lp = (
+                logprobs[: len(tokens)].gather(1, labels[tokens, None]).squeeze(1)
+            )
             per_row = torch.zeros(rewrite_rows, device=device).index_add(
-                0, token_rows, -token_lp
+                0, token_rows[tokens], -token_lp
             )
             nll = (
                 torch.zeros(n_edits, device=device).index_add(
@@ -380,13 +398,16 @@ def _optimise_batch(  # noqa: PLR0913, PLR0915 - the edits, where, and how
                 )
                 / plan.n_rewrite
             )
-            kl_now = logprobs[n_tokens:]
-            if kl_start is None:
+            kl_now = logprobs[len(tokens) :]
+            if kl_start is None:  # the first pass, which runs every edit
                 kl_start = kl_now.detach()
             # KL(now ‖ start) per edit: the reference passes the start as kl_div's input
-            kl = torch.nn.functional.kl_div(
-                kl_start, kl_now, log_target=True, reduction="none"
-            ).sum(-1)
+            kl = torch.zeros(n_edits, device=device).index_put(
+                (going_edits,),
+                torch.nn.functional.kl_div(
+                    kl_start[going_edits], kl_now, log_target=True, reduction="none"
+                ).sum(-1),
+            )
             decay = torch.stack([d.norm() for d in deltas]) / norms**2
             losses = nll + settings.kl_factor * kl + settings.weight_decay * decay
             for i in range(n_edits):

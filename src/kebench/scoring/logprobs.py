@@ -239,7 +239,8 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
 ) -> list[AnswerScore]:
     """Score each answer after its prompt, in padded batches.
 
-    Pairs that share a prompt (a probe's old and new answer) share its forward pass:
+    A pair given more than once is scored once. Pairs that share a prompt (a probe's
+    old and new answer) share its forward pass:
     the batch of distinct prompts runs once with a KV cache, which is then repeated for
     each of their answers; the answers' own pass is skipped when every answer is one
     token long. The first answer token is scored from the prompt pass's last position.
@@ -270,10 +271,16 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
     cached = shared_prefix(model, tokenizer, prefix, [p for p, _ in pairs])
     if cached is not None:
         pairs = [(p[len(cached) :], a) for p, a in pairs]
+    # a pair asked twice (a locality probe's old and new answer are one) runs once
+    first_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    same_as = [
+        first_of.setdefault((tuple(p), tuple(a)), index)
+        for index, (p, a) in enumerate(pairs)
+    ]
     # distinct prompts (by their tokens in the joint texts), with their pairs' indices
     groups: dict[tuple[int, ...], list[int]] = {}
-    for index, (prompt_ids, _) in enumerate(pairs):
-        groups.setdefault(tuple(prompt_ids), []).append(index)
+    for index in first_of.values():
+        groups.setdefault(tuple(pairs[index][0]), []).append(index)
     order = list(groups.values())
     scores: dict[int, AnswerScore] = {}
     widths = [len(pairs[members[0]][0]) for members in order]
@@ -281,7 +288,7 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
         chunk = [order[i] for i in batch]
         for index, score in _score_chunk(model, pairs, chunk, (pad_id, side), cached):
             scores[index] = score
-    return [scores[i] for i in range(len(pairs))]
+    return [scores[same_as[i]] for i in range(len(pairs))]
 
 
 def shared_prefix(
