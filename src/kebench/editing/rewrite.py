@@ -29,9 +29,9 @@ only at the target tokens. The reference's last evaluation, after which it stops
 whatever the loss, only reports that loss, and is not run. Several edits' values are
 optimised in one batch, each as alone (``optimise_values``), and an edit that meets
 its stopping rule leaves the batch: later steps run only the rows of the edits still
-going. Its one extension that
-does change the result, ``v_stop_loss`` (stop once the targets' mean NLL is below it),
-is off (None) unless an hparams file sets it: the fast profile's files do.
+going. Its one extension that does change the result, ``v_stop_loss`` (stop once the
+targets' mean NLL is below it), is off (None) unless an hparams file sets it: the fast
+profile's files do.
 """
 
 from __future__ import annotations
@@ -289,9 +289,8 @@ def optimise_values(  # noqa: PLR0913 - the edits, where, and how
     every row of the batch carries one request's δ, so a request's loss reaches no
     other δ; each δ is a parameter of its own (Adam's state is per parameter), and one
     that meets the stopping rule gets no more updates, nor rows in the batch, while the
-    others go on. One
-    batch of all their rows fills the matrix products that a single edit's ~35 rows
-    leave mostly idle (docs/editing.md, "Speed at identical settings").
+    others go on. One batch of all their rows fills the matrix products that a single
+    edit's ~35 rows leave mostly idle (docs/editing.md, "Speed at identical settings").
     """
     size = max(per_batch, 1)
     return [
