@@ -5,7 +5,9 @@ A delta maps parameter names to changes of one of three kinds:
         MEMIT: rank = number of edits per layer);
     index: ``W.index_add_(dim, index, values)`` (KN: a few neurons' slices);
     dense: ``W += values`` (FT: the whole matrix).
-An edit that changes no weights (IKE) has no parameters but a text ``prefix``.
+An edit that changes no weights (IKE) has no parameters but a text ``prefix``. A
+method whose later edits of a sequential stream depend on this one keeps what they
+need in ``state`` (AlphaEdit: the keys it wrote, which later edits must preserve).
 
 Applying a delta backs up only the slices it touches, in memory; reverting copies them
 back, so the base weights come back bit for bit. Files are never pickles.
@@ -32,6 +34,8 @@ KINDS = {
     "dense": ("values",),
 }
 FORMAT = "kebench-delta/1"
+# The tensor-name prefix of a delta's state in its file (no parameter name starts so).
+STATE = "state:"
 
 
 @dataclass
@@ -99,12 +103,15 @@ class Delta:
         params: parameter name -> its change.
         prefix: text put before every prompt (in-context editing); empty otherwise.
         meta: free-form strings stored in the file header (method, case ids...).
+        state: tensors that change no weight, which later edits of a sequential
+            stream read (``EditContext.earlier``); stored with the delta.
         origin: the file it was read from, to name it in errors (not stored).
     """
 
     params: dict[str, ParamDelta] = field(default_factory=dict)
     prefix: str = ""
     meta: dict[str, str] = field(default_factory=dict)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
 
     def label(self) -> str:
@@ -128,7 +135,10 @@ class Delta:
                 )
 
     def nbytes(self) -> int:
-        return sum(p.nbytes() for p in self.params.values())
+        """The bytes of its tensors, the state's included (what its file holds)."""
+        return sum(p.nbytes() for p in self.params.values()) + sum(
+            t.numel() * t.element_size() for t in self.state.values()
+        )
 
     def describe(self, model: torch.nn.Module) -> dict[str, list]:
         """Parameter names, shapes and the Frobenius norm of each full change."""
@@ -156,6 +166,12 @@ def save_delta(delta: Delta, path: str | Path) -> None:
         for name, change in delta.params.items()
         for key, tensor in change.tensors.items()
     }
+    tensors.update(
+        {
+            f"{STATE}/{key}": t.detach().to("cpu").contiguous()
+            for key, t in delta.state.items()
+        }
+    )
     header = {
         "format": FORMAT,
         "params": json.dumps(
@@ -163,6 +179,7 @@ def save_delta(delta: Delta, path: str | Path) -> None:
         ),
         "prefix": delta.prefix,
         "meta": json.dumps(delta.meta, sort_keys=True),
+        "state": json.dumps(sorted(delta.state)),
     }
     with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=header)
@@ -188,10 +205,16 @@ def load_delta(path: str | Path) -> Delta:
             )
             for name, spec in specs.items()
         }
+        # files written before deltas had a state have no "state" entry
+        state = {
+            key: handle.get_tensor(f"{STATE}/{key}")
+            for key in json.loads(header.get("state", "[]"))
+        }
     return Delta(
         params=params,
         prefix=header["prefix"],
         meta=json.loads(header["meta"]),
+        state=state,
         origin=str(path),
     )
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self
 
+import torch
+
 from kebench.editing.delta import Delta
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
@@ -30,6 +32,8 @@ RUNTIME_KEYS = frozenset(
         "results_dir",
         "sentence_model_name",
         "v_loss_layer",
+        # AlphaEdit's file of its projector: kebench computes it from the statistics
+        "P_loc",
     }
 )
 
@@ -84,6 +88,9 @@ class EditContext:
         value_batch: how many edits' target-value optimisations share one batch
             (single-mode ROME edits computed together, MEMIT's batch): speed and
             memory only, the values are the same up to float order.
+        earlier: sequential mode: the ``state`` of each delta the model already
+            holds, in order (AlphaEdit preserves the keys earlier edits wrote);
+            empty in the other modes, where every edit starts from the base model.
     """
 
     stats_dir: Path
@@ -94,6 +101,7 @@ class EditContext:
     cache: dict[Any, Any] = field(default_factory=dict)
     context_templates: Sequence[Sequence[str]] | None = None
     value_batch: int = 8
+    earlier: Sequence[Mapping[str, torch.Tensor]] = ()
 
 
 Compute = Callable[[LoadedModel, list[EditRequest], Any, EditContext], Delta]

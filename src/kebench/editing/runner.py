@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,8 @@ def run_job(  # noqa: PLR0913 - the run's inputs
     name, mode = job.method.name, job.mode
     stored = store.rows(name, mode)
     applied: list[Applied] = []
+    # the states of the deltas the model holds (sequential mode): EditContext.earlier
+    earlier: list[dict[str, torch.Tensor]] = []
     previous = ""
     order = first_order
     progress = tqdm(total=len(requests), desc=f"{name} ({mode})", unit="edit")
@@ -259,6 +261,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                     if mode == "sequential" and first["status"] == "ok":
                         replayed = store.load(first["delta_file"])
                         applied.append(apply_delta(lm.model, replayed))
+                        earlier.append(replayed.state)
                     previous = unit_fp if mode == "sequential" else ""
                     progress.update(len(unit))
                     if on_applied is not None and mode == "sequential":
@@ -271,10 +274,11 @@ def run_job(  # noqa: PLR0913 - the run's inputs
             # the whole group, even where some of it is stored (a run killed between
             # two of its saves): an edit's floats depend on the batch it was in, and
             # a resumed run must make the deltas an uninterrupted one makes
+            now = replace(context, earlier=tuple(earlier)) if earlier else context
             computed = dict(
                 zip(
                     map(id, group),
-                    _compute_units(lm, group, job, context, max_relative_norm),
+                    _compute_units(lm, group, job, now, max_relative_norm),
                     strict=True,
                 )
             )
@@ -291,6 +295,7 @@ def run_job(  # noqa: PLR0913 - the run's inputs
                 delta, reason = result[0], result[1]
                 if mode == "sequential" and reason is None:
                     applied.append(apply_delta(lm.model, delta))
+                    earlier.append(delta.state)
                 previous = unit_fp if mode == "sequential" else ""
                 progress.update(len(unit))
                 if on_applied is not None and mode == "sequential":

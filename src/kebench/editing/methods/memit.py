@@ -19,6 +19,7 @@ factors, R and (λ C + K Kᵀ)⁻¹ K.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -51,14 +52,21 @@ class MEMITHyperParams(RewriteHyperParams):
     )
 
 
-@register("MEMIT", MEMITHyperParams, batchable=True)
-def memit(
+# A layer's least-squares solve: its module path and keys K (d_in × n, float64) -> the
+# right factor of its change, ΔW = share @ rightᵀ.
+LayerSolve = Callable[[str, torch.Tensor], torch.Tensor]
+
+
+def spread_update(
     lm: LoadedModel,
     requests: list[EditRequest],
     hparams: MEMITHyperParams,
     context: EditContext,
-) -> Delta:
-    """One delta that writes every request into ``hparams.layers``."""
+    solve: LayerSolve,
+) -> tuple[Delta, dict[str, torch.Tensor]]:
+    """MEMIT's update of ``hparams.layers`` with each layer's ``solve`` (MEMIT's, or
+    AlphaEdit's projected one): the delta, and each layer's keys K as written (the
+    layers below already changed)."""
     model = lm.model
     groups = context_templates(lm, hparams.context_template_length_params, context)
     templates = flatten(groups)
@@ -89,20 +97,14 @@ def memit(
     )
     targets = start + torch.stack([value.delta for value in values])
     paths = [hparams.rewrite_module_tmp.format(layer) for layer in hparams.layers]
-    mom2 = hparams.mom2(lm, paths, context)
     delta = Delta()
+    written = {}
     applied = []
     try:
         for done, path in enumerate(paths):
             keys = average_keys(lm, requests, groups, [path])[path].T.double()
             share = (targets - hidden_at_subject()) / (len(paths) - done)
-            preserve = (
-                mom2[path].double()
-                if mom2
-                else torch.eye(keys.shape[0], dtype=torch.double, device=keys.device)
-            )
-            system = hparams.mom2_update_weight * preserve + keys @ keys.T
-            right = torch.linalg.solve(system, keys).float()
+            right = solve(path, keys).float()
             layer_delta = Delta(
                 {
                     f"{path}.weight": outer_change(
@@ -112,7 +114,32 @@ def memit(
             )
             applied.append(apply_delta(model, layer_delta))
             delta.params.update(layer_delta.params)
+            written[path] = keys.float()
     finally:
         for done in reversed(applied):
             revert_delta(model, done)
+    return delta, written
+
+
+@register("MEMIT", MEMITHyperParams, batchable=True)
+def memit(
+    lm: LoadedModel,
+    requests: list[EditRequest],
+    hparams: MEMITHyperParams,
+    context: EditContext,
+) -> Delta:
+    """One delta that writes every request into ``hparams.layers``."""
+    paths = [hparams.rewrite_module_tmp.format(layer) for layer in hparams.layers]
+    mom2 = hparams.mom2(lm, paths, context)
+
+    def solve(path: str, keys: torch.Tensor) -> torch.Tensor:
+        preserve = (
+            mom2[path].double()
+            if mom2
+            else torch.eye(keys.shape[0], dtype=torch.double, device=keys.device)
+        )
+        system = hparams.mom2_update_weight * preserve + keys @ keys.T
+        return torch.linalg.solve(system, keys)
+
+    delta, _keys = spread_update(lm, requests, hparams, context, solve)
     return delta
