@@ -124,7 +124,9 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.registry import get_method
     from kebench.editing.requests import EditRequest, requests_from_frame
     from kebench.editing.rewrite import context_templates, flatten
+    from kebench.editing.runner import make_job, run_job
     from kebench.editing.stats import sample_texts, second_moments
+    from kebench.editing.store import DeltaStore
     from kebench.models.loading import LoadedModel
     from kebench.project import PROJECT_ROOT, load_config, project_model
     from kebench.qa.probes import case_paraphrases, edit_probes
@@ -132,7 +134,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
 logger = logging.getLogger("benchmarks.conformance")
 
-METHODS = "ROME+R-ROME+MEMIT+FT-L+FT-M+KN+IKE"
+METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+FT-L+FT-M+KN+IKE"
 SPEED_METHODS = ("ROME", "MEMIT")
 DATA = PROJECT_ROOT / "tests" / "editing" / "data" / "conformance"
 TEMPLATES = "templates.json"
@@ -158,6 +160,7 @@ STEP_OVERRIDES = {
     "ROME": {"v_num_grad_steps": 10},
     "R-ROME": {"v_num_grad_steps": 10},
     "MEMIT": {"v_num_grad_steps": 10},
+    "AlphaEdit": {"v_num_grad_steps": 10},
     "FT-L": {"num_steps": 10},
     "FT-M": {"num_steps": 10},
     "KN": {"steps": 5},
@@ -168,12 +171,14 @@ STEP_OVERRIDES = {
 class MethodSpec:
     """How EasyEdit runs a kebench method: its alg_name, hparams class (module,
     name), the padding side its editor sets, and the runner of one edit (None: IKE,
-    whose prompt ``easyedit_ike_text`` builds)."""
+    whose prompt ``easyedit_ike_text`` builds), and for a method made for sequential
+    editing the runner of a stream of edits, each on top of the ones before."""
 
     alg_name: str
     hparams_class: tuple[str, str]
     padding_side: str
     run: Callable[..., Delta] | None
+    stream: Callable[..., list[Delta]] | None = None
 
 
 # --- EasyEdit, imported without its package __init__ files -------------------------
@@ -225,6 +230,7 @@ def import_easyedit(root: Path) -> types.SimpleNamespace:
         r_rome=load("models.r_rome.r_rome_main"),
         r_rome_u=load("models.r_rome.compute_u"),
         memit=load("models.memit.memit_main"),
+        alphaedit=load("models.alphaedit.AlphaEdit_main"),
         ft=load("models.ft.ft_main"),
         kn=load("models.kn.kn_main"),
         ike=load("models.ike.ike_hparams"),
@@ -309,11 +315,12 @@ class Covariance:
         return types.SimpleNamespace(mom2=types.SimpleNamespace(moment=moment.clone))
 
     def install(self, ee: types.SimpleNamespace) -> None:
-        for module in (ee.rome_u, ee.r_rome_u, ee.memit):
+        for module in (ee.rome_u, ee.r_rome_u, ee.memit, ee.alphaedit):
             module.layer_stats = self.layer_stats
         ee.rome_u.inv_mom2_cache.clear()
         ee.r_rome_u.inv_mom2_cache.clear()
         ee.memit.COV_CACHE.clear()
+        ee.alphaedit.COV_CACHE.clear()
 
 
 # --- EasyEdit's side of each method: one edit, as a kebench Delta of its exact change
@@ -350,6 +357,78 @@ def run_memit(ee, lm, request, hparams, inputs: Inputs) -> Delta:
     ee.memit.CONTEXT_TEMPLATES_CACHE = [list(group) for group in inputs.templates]
     deltas = ee.memit.execute_memit(lm.model, lm.tokenizer, [request], hparams)
     return _factors(lm, deltas, out_first=False)
+
+
+def exact_factors(change: torch.Tensor, rank: int) -> ParamDelta:
+    """A dense change of rank ``rank`` as its factors (W += left @ rightᵀ), from its
+    SVD; refused when the rest is more than float noise."""
+    left, singular, right_t = torch.linalg.svd(change.double(), full_matrices=False)
+    rest = float(singular[rank:].norm() / singular.norm())
+    if rest > 1e-5:  # noqa: PLR2004 - float32 noise of a rank-`rank` matrix
+        raise ValueError(f"a change of rank {rank} has {rest:.2e} of its norm beyond")
+    return ParamDelta(
+        "low_rank",
+        {
+            "left": (left[:, :rank] * singular[:rank]).float(),
+            "right": right_t[:rank].T.float(),
+        },
+    )
+
+
+def alphaedit_ready(ee, lm: LoadedModel, hparams, inputs: Inputs) -> None:
+    """AlphaEdit's module state for a fresh stream: its templates, its projectors (its
+    own ``get_project`` of the given covariance, instead of a ``P_loc`` file) and its
+    record of earlier edits' keys emptied (``reset_cache``)."""
+    module = ee.alphaedit
+    module.CONTEXT_TEMPLATES_CACHE = [list(group) for group in inputs.templates]
+    module.P = torch.stack(
+        [
+            module.get_project(lm.model, lm.tokenizer, layer, hparams)
+            for layer in hparams.layers
+        ]
+    )
+    module.P_loaded = True
+    module.cache_c = torch.zeros_like(module.P)
+    module.cache_c_new = True
+
+
+def alphaedit_delta(deltas: dict[str, torch.Tensor]) -> Delta:
+    """EasyEdit's AlphaEdit changes (dense, one edit: rank one) as exact factors."""
+    return Delta({name: exact_factors(change, 1) for name, change in deltas.items()})
+
+
+def run_alphaedit(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's AlphaEdit on one edit, with no earlier edits to preserve."""
+    alphaedit_ready(ee, lm, hparams, inputs)
+    deltas = ee.alphaedit.execute_AlphaEdit(lm.model, lm.tokenizer, [request], hparams)
+    return alphaedit_delta(deltas)
+
+
+def stream_alphaedit(ee, lm, requests, hparams, inputs: Inputs) -> list[Delta]:
+    """EasyEdit's AlphaEdit on a stream: each edit's change added to the weights, as
+    ``apply_AlphaEdit_to_model`` adds it, and its keys kept for the next edits; the
+    weights restored after."""
+    alphaedit_ready(ee, lm, hparams, inputs)
+    names = [
+        f"{hparams.rewrite_module_tmp.format(layer)}.weight" for layer in hparams.layers
+    ]
+    saved = {name: lm.model.get_parameter(name).detach().clone() for name in names}
+    stream = []
+    try:
+        for request in requests:
+            deltas = ee.alphaedit.execute_AlphaEdit(
+                lm.model, lm.tokenizer, [request], hparams
+            )
+            with torch.no_grad():
+                for name, change in deltas.items():
+                    param = lm.model.get_parameter(name)
+                    param += change.to(device=param.device, dtype=param.dtype)
+            stream.append(alphaedit_delta(deltas))
+    finally:
+        with torch.no_grad():
+            for name, value in saved.items():
+                lm.model.get_parameter(name).copy_(value)
+    return stream
 
 
 def run_ft(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
@@ -405,6 +484,13 @@ METHOD_SPECS = {
         "R-ROME", ("r_rome", "R_ROMEHyperParams"), "right", run_r_rome
     ),
     "MEMIT": MethodSpec("MEMIT", ("memit", "MEMITHyperParams"), "right", run_memit),
+    "AlphaEdit": MethodSpec(
+        "AlphaEdit",
+        ("alphaedit", "AlphaEditHyperParams"),
+        "right",
+        run_alphaedit,
+        stream_alphaedit,
+    ),
     "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "KN": MethodSpec("KN", ("kn", "KNHyperParams"), "left", run_kn),
@@ -541,6 +627,9 @@ def easyedit_hparams(
     )
     if "stats_dir" in names:
         chosen["stats_dir"] = str(stats_dir)
+    if "P_loc" in names:
+        # never read: alphaedit_ready gives AlphaEdit its projectors
+        chosen["P_loc"] = str(stats_dir / "null_space_project.pt")
     if "lm_head_module" in chosen:
         chosen["lm_head_module"] = output_embeddings_module(
             lm, chosen["lm_head_module"]
@@ -658,6 +747,19 @@ def logprob_after(lm: LoadedModel, delta: Delta, request: EditRequest) -> float:
     return score.logprob
 
 
+def logprob_after_all(
+    lm: LoadedModel, deltas: Sequence[Delta], request: EditRequest
+) -> float:
+    """log P(target_new | prompt) with ``deltas`` applied, in order (a stream's)."""
+    with contextlib.ExitStack() as applied:
+        for delta in deltas:
+            applied.enter_context(delta_applied(lm.model, delta))
+        (score,) = score_answers(
+            lm.model, lm.tokenizer, [request.text], [request.target_new]
+        )
+    return score.logprob
+
+
 def summary(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
     """The mean of each numeric key over the edits that have it finite (a cosine is
     NaN when one side changed nothing)."""
@@ -738,6 +840,40 @@ class Harness:
             return spec.run(
                 self.ee, self.lm, easyedit_request(request), hparams, self.inputs
             )
+
+    def kebench_stream(self, method: str) -> list[Delta]:
+        """The edits as kebench's sequential mode makes them, each on the ones before."""
+        job = make_job(method, self.inputs.kebench[method], "sequential", method)
+        with tempfile.TemporaryDirectory() as scratch:
+            outcomes = run_job(
+                self.lm,
+                self.inputs.requests,
+                job,
+                store=DeltaStore(scratch),
+                context=self.inputs.context(self.cache),
+                max_relative_norm=math.inf,
+            )
+            return [outcome.delta for outcome in outcomes]
+
+    def easyedit_stream(self, method: str) -> list[Delta]:
+        spec = METHOD_SPECS[method]
+        hparams, _ = self.easyedit_params(method)
+        requests = [easyedit_request(r) for r in self.inputs.requests]
+        with easyedit_call(self.lm, spec.padding_side):
+            return spec.stream(self.ee, self.lm, requests, hparams, self.inputs)
+
+    def stream_rows(self, ours: list[Delta], theirs: list[Delta]) -> list[dict]:
+        """Each edit of a stream on both sides: its delta compared, and the log-prob of
+        its target with every delta of its side so far applied."""
+        rows = []
+        for done, request in enumerate(self.inputs.requests, start=1):
+            row = {"case_id": request.case_id}
+            row.update(compare_deltas(self.lm, ours[done - 1], theirs[done - 1]))
+            row["logprob_kebench"] = logprob_after_all(self.lm, ours[:done], request)
+            row["logprob_easyedit"] = logprob_after_all(self.lm, theirs[:done], request)
+            row["logprob_diff"] = row["logprob_kebench"] - row["logprob_easyedit"]
+            rows.append(row)
+        return rows
 
     def pair(self, method: str, request: EditRequest, kebench: bool) -> EditPair:
         ours, seconds = (
@@ -838,8 +974,16 @@ def compare_method(harness: Harness, method: str, store: Store | None) -> dict:
             pairs.append(harness.pair(method, request, kebench=not why))
             if not why:
                 rows.append(harness.edit_row(pairs[-1]))
+    stream: list[Delta] = []
+    if METHOD_SPECS[method].stream is not None:
+        logger.info("%s: the edits as one sequential stream", method)
+        stream = harness.easyedit_stream(method)
+        if not why:
+            result["sequential"] = harness.stream_rows(
+                harness.kebench_stream(method), stream
+            )
     if store is not None:
-        store.method(harness, method, pairs, rows, ee_values)
+        store.method(harness, method, pairs, rows, ee_values, stream)
     if why:
         return {**result, "skipped": f"{why}: EasyEdit's reference outputs stored"}
     result["per_edit"] = rows
@@ -952,8 +1096,11 @@ class Store:
                     tensors[f"{index}/{name}/{key}"] = tensor
         return {"params": layout, "norm": math.sqrt(total)}, tensors
 
-    def method(self, harness: Harness, method: str, pairs, rows, ee_values) -> None:
-        """``<method>.json`` and ``<method>.safetensors`` (module docstring)."""
+    def method(  # noqa: PLR0913, PLR0917 - one method's outputs
+        self, harness: Harness, method: str, pairs, rows, ee_values, stream
+    ) -> None:
+        """``<method>.json`` and ``<method>.safetensors`` (module docstring); a
+        sequential stream's deltas as ``sequential`` edits, tensors ``seq<i>/...``."""
         spec = METHOD_SPECS[method]
         record: dict[str, Any] = {
             "method": method,
@@ -978,6 +1125,17 @@ class Store:
             logprob = logprob_after(harness.lm, pair.easyedit, pair.request)
             record["edits"].append(
                 {"case_id": pair.request.case_id, "logprob_new": logprob, **layout}
+            )
+            tensors.update(found)
+        if stream:
+            record["sequential"] = []
+        for i, (request, delta) in enumerate(
+            zip(harness.inputs.requests, stream, strict=True)
+        ):
+            layout, found = self.delta_tensors(harness.lm, f"seq{i}", delta)
+            logprob = logprob_after_all(harness.lm, stream[: i + 1], request)
+            record["sequential"].append(
+                {"case_id": request.case_id, "logprob_new": logprob, **layout}
             )
             tensors.update(found)
         _write_json(self.folder / f"{method.lower()}.json", record)

@@ -6,8 +6,9 @@ templates, a covariance corpus, the hparams of both sides), and stored its delta
 exact or sketched form and its post-edit log-probs there. Each test here runs kebench's
 method on the same inputs and checks the issue's targets:
 
-    ROME, R-ROME, MEMIT: cosine(ΔW_kebench, ΔW_EasyEdit) >= 0.999 and the norm ratio
-        within 1%;
+    ROME, R-ROME, MEMIT, AlphaEdit: cosine(ΔW_kebench, ΔW_EasyEdit) >= 0.999 and the
+        norm ratio within 1% (AlphaEdit also over a stream of the three edits, each on
+        the ones before: issue 16);
     KN, FT-L, FT-M: equal to float tolerance (KN: the same neurons and columns; FT:
         the stored Gaussian sketches ΔW·G and Gᵀ·ΔW and the norm, which a different
         ΔW matches only by chance);
@@ -21,6 +22,7 @@ the reference must be stored again (docs/editing.md, "Conformance with EasyEdit"
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -32,11 +34,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kebench.editing.delta import Delta, ParamDelta, delta_applied
+from kebench.editing.delta import Delta, ParamDelta, agreement, delta_applied
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
+from kebench.editing.runner import make_job, run_job
 from kebench.editing.stats import second_moments
+from kebench.editing.store import DeltaStore
 from kebench.scoring.logprobs import answer_text, score_answers
 
 DATA = Path(__file__).parent / "data" / "conformance"
@@ -113,7 +117,7 @@ def kebench_edit(lm, method: str, request: EditRequest, context) -> Delta:
     return entry.compute(lm, [request], hparams, context)
 
 
-def easyedit_delta(index: int, edit: dict, tensors: dict) -> Delta:
+def easyedit_delta(index: int | str, edit: dict, tensors: dict) -> Delta:
     """EasyEdit's exact delta of edit ``index`` (low-rank factors or slices)."""
     params = {}
     for name, layout in edit["params"].items():
@@ -183,7 +187,7 @@ def kebench_edits_together(lm, method: str, context) -> list[Delta]:
 @pytest.mark.parametrize(
     ("method", "together"),
     [("ROME", False), ("ROME", True), ("R-ROME", False), ("R-ROME", True)]
-    + [("MEMIT", False)],
+    + [("MEMIT", False), ("AlphaEdit", False)],
 )
 def test_locate_then_edit_matches_easyedit(lm, context, method, together):
     """Each edit alone, and (ROME, R-ROME) the three computed together, as single
@@ -226,6 +230,68 @@ def test_locate_then_edit_matches_easyedit(lm, context, method, together):
         or abs(r["logprob_diff"]) > LOGPROB_LOCATE
     ]
     assert not failed, f"{method} differs from EasyEdit's: {failed}"
+
+
+def stream_agreement(lm, ours: list[Delta], theirs: list[Delta], record) -> list[dict]:
+    """Each edit of a stream: its delta's cosine and norm ratio against EasyEdit's, and
+    the log-prob of its target with every delta of the stream so far applied."""
+    rows = []
+    for done, (request, edit) in enumerate(
+        zip(reference().requests, record, strict=True), start=1
+    ):
+        total, _ = agreement(lm.model, ours[done - 1], theirs[done - 1])
+        with contextlib.ExitStack() as applied:
+            for delta in ours[:done]:
+                applied.enter_context(delta_applied(lm.model, delta))
+            (score,) = score_answers(
+                lm.model, lm.tokenizer, [request.text], [request.target_new]
+            )
+        rows.append(
+            {
+                "case_id": request.case_id,
+                "cosine": total.cosine,
+                "norm_ratio": total.norm_ratio,
+                "logprob_diff": score.logprob - edit["logprob_new"],
+            }
+        )
+    return rows
+
+
+@pytest.mark.model
+def test_alphaedit_stream_matches_easyedits(lm, context, tmp_path):
+    """The three edits in sequence, each on the ones before and preserving their keys,
+    against EasyEdit's stream (its record of earlier keys kept between the edits)."""
+    record, tensors = stored("AlphaEdit")
+    job = make_job("AlphaEdit", kebench_hparams(record), "sequential", "AlphaEdit")
+    ours = [
+        outcome.delta
+        for outcome in run_job(
+            lm,
+            reference().requests,
+            job,
+            store=DeltaStore(tmp_path),
+            context=context,
+            max_relative_norm=math.inf,
+        )
+    ]
+    theirs = [
+        easyedit_delta(f"seq{index}", edit, tensors)
+        for index, edit in enumerate(record["sequential"])
+    ]
+    rows = stream_agreement(lm, ours, theirs, record["sequential"])
+    failed = [
+        r
+        for r in rows
+        if r["cosine"] < COSINE
+        or abs(r["norm_ratio"] - 1) > NORM_RATIO
+        or abs(r["logprob_diff"]) > LOGPROB_LOCATE
+    ]
+    assert not failed, f"AlphaEdit's stream differs from EasyEdit's: {failed}"
+    # a real stream: a later edit there is not the edit made alone
+    alone = easyedit_delta(1, record["edits"][1], tensors)
+    assert agreement(lm.model, theirs[1], alone)[0].norm_ratio != pytest.approx(
+        1.0, abs=1e-4
+    )
 
 
 @pytest.mark.model
