@@ -85,6 +85,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -134,7 +135,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
 logger = logging.getLogger("benchmarks.conformance")
 
-METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+FT-L+FT-M+KN+IKE"
+METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+FT-L+FT-M+KN+IKE"
 SPEED_METHODS = ("ROME", "MEMIT")
 DATA = PROJECT_ROOT / "tests" / "editing" / "data" / "conformance"
 TEMPLATES = "templates.json"
@@ -161,6 +162,8 @@ STEP_OVERRIDES = {
     "R-ROME": {"v_num_grad_steps": 10},
     "MEMIT": {"v_num_grad_steps": 10},
     "AlphaEdit": {"v_num_grad_steps": 10},
+    # and adapters at four layers, not all 30: the stored factors are 1 MB, not 8
+    "LoRA": {"num_steps": 10, "layers": [4, 5, 6, 7]},
     "FT-L": {"num_steps": 10},
     "FT-M": {"num_steps": 10},
     "KN": {"steps": 5},
@@ -232,6 +235,7 @@ def import_easyedit(root: Path) -> types.SimpleNamespace:
         memit=load("models.memit.memit_main"),
         alphaedit=load("models.alphaedit.AlphaEdit_main"),
         ft=load("models.ft.ft_main"),
+        lora=load("models.lora.lora_main"),
         kn=load("models.kn.kn_main"),
         ike=load("models.ike.ike_hparams"),
         ike_facts=load("models.ike.util"),
@@ -431,6 +435,37 @@ def stream_alphaedit(ee, lm, requests, hparams, inputs: Inputs) -> list[Delta]:
     return stream
 
 
+def run_lora(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
+    """EasyEdit's LoRA: its adapters seeded as kebench seeds them, trained, and each
+    adapted module's product (peft's ``get_delta_weight``) as exact factors; then the
+    adapters are taken off and what EasyEdit switched on for training switched off.
+    peft refuses AdaLoRA without ``total_step``, which EasyEdit does not pass: it gets
+    ``num_steps`` (methods/lora.py)."""
+    from peft import AdaLoraConfig  # noqa: PLC0415 - EasyEdit's venv has it
+
+    ee.lora.AdaLoraConfig = functools.partial(
+        AdaLoraConfig, total_step=hparams.num_steps
+    )
+    model = lm.model
+    use_cache = model.config.use_cache
+    torch.manual_seed(SEED)
+    peft_model = ee.lora.execute_lora(model, lm.tokenizer, [request], hparams)
+    try:
+        params = {}
+        for name, module in model.named_modules():
+            if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+                change = module.get_delta_weight("default").detach()
+                # the adapter's own rank: AdaLoRA's is init_r, not hparams.rank
+                rank = module.r["default"]
+                params[f"{name}.weight"] = exact_factors(change, rank)
+    finally:
+        peft_model.unload()
+        model.gradient_checkpointing_disable()
+        model.disable_input_require_grads()
+        model.config.use_cache = use_cache
+    return Delta(params)
+
+
 def run_ft(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
     """EasyEdit's FT: the whole change of each trained weight."""
     deltas = ee.ft.execute_ft(lm.model, lm.tokenizer, [request], hparams)
@@ -491,6 +526,7 @@ METHOD_SPECS = {
         run_alphaedit,
         stream_alphaedit,
     ),
+    "LoRA": MethodSpec("LoRA", ("lora", "LoRAHyperParams"), "left", run_lora),
     "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "KN": MethodSpec("KN", ("kn", "KNHyperParams"), "left", run_kn),
@@ -1130,7 +1166,7 @@ class Store:
         if stream:
             record["sequential"] = []
         for i, (request, delta) in enumerate(
-            zip(harness.inputs.requests, stream, strict=True)
+            zip(harness.inputs.requests[: len(stream)], stream, strict=True)
         ):
             layout, found = self.delta_tensors(harness.lm, f"seq{i}", delta)
             logprob = logprob_after_all(harness.lm, stream[: i + 1], request)
