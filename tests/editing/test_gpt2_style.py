@@ -44,6 +44,20 @@ def gpt2_hparams() -> dict[str, dict]:
         context_template_length_params=[[3, 2]],
         v_num_grad_steps=3,
     )
+    found["AlphaEdit"].update(
+        {
+            k: found["MEMIT"][k]
+            for k in found["MEMIT"]
+            if k
+            in (
+                "layers",
+                "mom2_n_samples",
+                "context_template_length_params",
+                "v_num_grad_steps",
+            )
+        }
+    )
+    found["LoRA"].update(num_steps=2)
     found["FT-M"].update(layers=[LAYER], num_steps=3)
     found["KN"].update(layers=[0, 1], steps=4, batch_size=4)
     return found
@@ -68,18 +82,22 @@ def test_gpt2_projections_are_transposed(gpt2):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("method", ["ROME", "MEMIT", "FT-M", "KN"])
+@pytest.mark.parametrize("method", ["ROME", "MEMIT", "AlphaEdit", "FT-M", "KN", "LoRA"])
 def test_every_weight_method_runs_and_reverts_exactly(
     gpt2, gpt2_hparams, stats_dir, method
 ):
     base = {n: t.clone() for n, t in gpt2.model.state_dict().items()}
     delta, _ = edit(gpt2, method, gpt2_hparams, stats_dir)
     assert delta.params
+    # FT trains every parameter of the module, as EasyEdit does: GPT-2's bias too;
+    # LoRA's gpt2-xl file adapts the fused attention projection
+    modules = (
+        ("attn.c_attn.weight",)
+        if method == "LoRA"
+        else ("mlp.c_proj.weight", "mlp.c_proj.bias")
+    )
     for name in delta.params:
-        # FT trains every parameter of the module, as EasyEdit does: GPT-2's bias too
-        assert name.startswith("transformer.h.") and name.endswith(
-            ("mlp.c_proj.weight", "mlp.c_proj.bias")
-        )
+        assert name.startswith("transformer.h.") and name.endswith(modules)
     applied = apply_delta(gpt2.model, delta)
     changed = {
         n for n, t in gpt2.model.state_dict().items() if not torch.equal(t, base[n])

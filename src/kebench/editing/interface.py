@@ -104,6 +104,9 @@ class EditContext:
     earlier: Sequence[Mapping[str, torch.Tensor]] = ()
 
 
+# Which earlier states of a sequential stream a method reads (EditMethod.carry).
+CARRY = ("all", "last")
+
 Compute = Callable[[LoadedModel, list[EditRequest], Any, EditContext], Delta]
 ComputeEach = Callable[[LoadedModel, list[EditRequest], Any, EditContext], list[Delta]]
 
@@ -116,7 +119,10 @@ class EditMethod:
     the others get exactly one request per call. ``compute_each``, when a method has
     it, computes each request's own delta, as ``compute`` would alone, for several
     requests in one go (ROME: their value optimisations share a batch); single mode
-    hands it up to ``EditContext.value_batch`` edits at a time. ``version`` is part
+    hands it up to ``EditContext.value_batch`` edits at a time. ``carry`` says which
+    earlier states a sequential edit needs (``EditContext.earlier``): ``all`` of them
+    (AlphaEdit: every earlier edit's keys), or the ``last`` (LoRA: the adapters as they
+    are now, which supersede the earlier ones; the others are not kept in memory). ``version`` is part
     of every edit's fingerprint: a change to what the method computes from the same
     hparams and requests (or from the run's context, as IKE's demonstrations) bumps
     it, so that stored deltas are made again instead of reused.
@@ -128,3 +134,8 @@ class EditMethod:
     batchable: bool = False
     version: int = 1
     compute_each: ComputeEach | None = None
+    carry: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.carry not in CARRY:
+            raise ValueError(f"{self.name}: carry {self.carry!r}, not one of {CARRY}")

@@ -26,21 +26,25 @@ from kebench.editing.interface import Compute, ComputeEach, EditMethod, HyperPar
 METHODS: dict[str, EditMethod] = {}
 
 
-def register(
+def register(  # noqa: PLR0913 - the EditMethod fields
     name: str,
     hparams: type[HyperParams],
     *,
     batchable: bool = False,
     version: int = 1,
     each: ComputeEach | None = None,
+    carry: str = "all",
 ) -> Callable[[Compute], Compute]:
     """Register ``compute`` as the method ``name`` with hparams class ``hparams``
-    (``version``, ``each``: ``EditMethod.version`` and ``compute_each``)."""
+    (``version``, ``each``, ``carry``: ``EditMethod.version``, ``compute_each`` and
+    ``carry``)."""
 
     def decorate(compute: Compute) -> Compute:
         if name in METHODS:
             raise ValueError(f"method {name!r} is registered twice")
-        METHODS[name] = EditMethod(name, hparams, compute, batchable, version, each)
+        METHODS[name] = EditMethod(
+            name, hparams, compute, batchable, version, each, carry
+        )
         return compute
 
     return decorate

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -245,8 +246,11 @@ def run_job(  # noqa: PLR0913 - the run's inputs
     name, mode = job.method.name, job.mode
     stored = store.rows(name, mode)
     applied: list[Applied] = []
-    # the states of the deltas the model holds (sequential mode): EditContext.earlier
-    earlier: list[dict[str, torch.Tensor]] = []
+    # the states of the deltas the model holds (sequential mode): EditContext.earlier,
+    # only the newest where the method reads no other (EditMethod.carry)
+    earlier: deque[dict[str, torch.Tensor]] = deque(
+        maxlen=1 if job.method.carry == "last" else None
+    )
     previous = ""
     order = first_order
     progress = tqdm(total=len(requests), desc=f"{name} ({mode})", unit="edit")

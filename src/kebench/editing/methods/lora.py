@@ -286,7 +286,7 @@ def train(
                 optimiser.step()
 
 
-@register("LoRA", LoRAHyperParams)
+@register("LoRA", LoRAHyperParams, carry="last")
 def lora(
     lm: LoadedModel,
     requests: list[EditRequest],
