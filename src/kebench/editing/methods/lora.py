@@ -26,7 +26,7 @@ that with the adapters kept for a sequential stream (``state``).
 Sequential mode is EasyEdit's too: there the next edit goes on training the same
 adapters with a new optimiser. So each delta keeps its adapters in its ``state``. The
 next edit takes them from ``EditContext.earlier``, trains them on the model without
-their product, and returns the change of the product, new minus old (rank 2·rank).
+their product, and returns the change of the product, new minus old (rank 2r).
 
 AdaLoRA's rank reallocation (``update_and_allocate``) is never called in EasyEdit's
 loop, so its adapters keep their rank. Current peft refuses an AdaLoRA config without
@@ -65,8 +65,10 @@ SCALE = "scale"
 
 @dataclass
 class LoRAHyperParams(HyperParams):
-    """EasyEdit's LoRA keys. ``kl_factor`` and ``norm_constraint`` are read by
-    EasyEdit's class and used by none of its code; kebench accepts them likewise."""
+    """EasyEdit's LoRA keys. ``kl_factor``, ``norm_constraint`` and ``max_length``
+    are read by EasyEdit's class and used by none of its LoRA code; kebench accepts
+    them likewise. kebench edits one request per call, so ``batch_size`` (EasyEdit's
+    chunk of requests per Adam step) does not change the result."""
 
     target_modules: list[str]
     lora_type: str = "lora"
