@@ -123,9 +123,10 @@ class EditMethod:
     earlier states a sequential edit needs (``EditContext.earlier``): ``all`` of them
     (AlphaEdit: every earlier edit's keys), or the ``last`` (LoRA: the adapters as
     they are now, which supersede the earlier ones; the others are not kept in
-    memory). ``version`` is part of every edit's fingerprint: a change to what the method computes from the same
-    hparams and requests (or from the run's context, as IKE's demonstrations) bumps
-    it, so that stored deltas are made again instead of reused.
+    memory). ``version`` is part of every edit's fingerprint: a change to what the
+    method computes from the same hparams and requests (or from the run's context, as
+    IKE's demonstrations) bumps it, so that stored deltas are made again instead of
+    reused.
     """
 
     name: str
