@@ -30,7 +30,9 @@ from kebench.scoring.logprobs import answer_text, encode_pair, score_answers
 from tests.editing.cases import demo_requests
 from tests.models.tiny import FAMILIES, build_checkpoint, load_checkpoint
 
-WEIGHT_METHODS = ("ROME", "MEMIT", "FT-L", "FT-M", "KN")
+WEIGHT_METHODS = ("ROME", "MEMIT", "AlphaEdit", "FT-L", "FT-M", "KN")
+# and the methods that name no rewritten module (LoRA: target_modules)
+EDITING_METHODS = (*WEIGHT_METHODS, "LoRA")
 # Short runs: these tests check mechanics, not edit quality.
 SHORT = {
     "ROME": {
@@ -46,7 +48,9 @@ SHORT = {
     "FT-L": {"num_steps": 3},
     "FT-M": {"num_steps": 3},
     "KN": {"steps": 4, "batch_size": 4},
+    "LoRA": {"num_steps": 3},
 }
+SHORT["AlphaEdit"] = SHORT["MEMIT"]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +120,7 @@ def test_derived_hparams_name_the_families_real_modules(checkpoints, model_type)
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("method", WEIGHT_METHODS)
+@pytest.mark.parametrize("method", EDITING_METHODS)
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_every_weight_method_edits_and_reverts_bit_exactly(
     checkpoints, tmp_path_factory, model_type, method

@@ -6,6 +6,8 @@ in ``conf/base/parameters/model_families.yml``) gives:
 
     modules: the family's module paths (the MLP's output projection that ROME, MEMIT
         and KN rewrite, the decoder layers, ...), which replace the reference's;
+    target_modules (where the reference's names are not the family's): the modules
+        LoRA adapts, in the family's names;
     reference: a model with published hparams files (EasyEdit's values), whose every
         other value carries over: the v* optimisation, clamps, covariance settings.
 
@@ -196,6 +198,8 @@ def derive_hparams(
             if str(values[key]).endswith(WEIGHT_SUFFIX):
                 template += WEIGHT_SUFFIX
             values[key] = template
+    if "target_modules" in values and "target_modules" in family:
+        values["target_modules"] = list(family["target_modules"])
     if "layers" in values:
         values["layers"] = scale_layers(
             values["layers"], int(family["reference_layers"]), architecture.n_layers
