@@ -1,8 +1,9 @@
 """Conformance of kebench's editing methods with EasyEdit's, run side by side (issue 14).
 
 Usage: python benchmarks/conformance.py --easyedit DIR
-           [--methods ROME+R-ROME+MEMIT+FT-L+FT-M+KN+IKE] [--edits 3] [--speed N]
-           [--out FILE] [--store [DIR]] [--model smollm2-135m] [--dataset demo]
+           [--methods ROME+R-ROME+MEMIT+AlphaEdit+LoRA+FT-L+FT-M+KN+IKE] [--edits 3]
+           [--speed N] [--quality] [--out FILE] [--store [DIR]]
+           [--model smollm2-135m] [--dataset demo]
 
 DIR is an EasyEdit checkout (its ``easyeditor`` folder), which this script imports and
 runs in the same process; EasyEdit is never a dependency of kebench, and none of its
@@ -69,6 +70,11 @@ A method kebench has not registered is skipped with a message.
 its runs do (kebench's single mode computes ROME's edits value_batch at a time, each
 as alone): seconds per edit and ratio = EasyEdit / kebench.
 
+--quality: both sides at the methods' own step counts (no STEP_OVERRIDES), and per
+method each side's EditSucc and locality (kebench.editing.quality, in %) on the edits,
+the locality probes being the dataset's next N_PROBES requests, with kebench − EasyEdit
+in points (issue 16: within 5). Not with --store; no sequential stream is compared.
+
 --store [DIR] (default tests/editing/data/conformance): EasyEdit's outputs as the
 reference data of tests/editing/test_conformance.py, which checks kebench against them
 without EasyEdit. In DIR: TEMPLATES and CORPUS (made once, then reused: they are the
@@ -105,7 +111,7 @@ from typing import Any
 with contextlib.redirect_stdout(sys.stderr):
     import numpy as np
     import torch
-    from editing import edit_cases
+    from editing import N_PROBES, edit_cases
     from model_cli import model_parser, print_result
     from safetensors.torch import load_file, save_file
 
@@ -122,6 +128,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.hparams import Architecture, resolve_hparams
     from kebench.editing.interface import EditContext
     from kebench.editing.methods.ike import demonstrating_edits
+    from kebench.editing.quality import measure_edits
     from kebench.editing.registry import get_method
     from kebench.editing.requests import EditRequest, requests_from_frame
     from kebench.editing.rewrite import context_templates, flatten
@@ -379,18 +386,31 @@ def exact_factors(change: torch.Tensor, rank: int) -> ParamDelta:
     )
 
 
+# EasyEdit AlphaEdit's projectors by (layers, threshold, covariance corpus, samples).
+PROJECTORS: dict[tuple, torch.Tensor] = {}
+
+
 def alphaedit_ready(ee, lm: LoadedModel, hparams, inputs: Inputs) -> None:
     """AlphaEdit's module state for a fresh stream: its templates, its projectors (its
     own ``get_project`` of the given covariance, instead of a ``P_loc`` file) and its
     record of earlier edits' keys emptied (``reset_cache``)."""
     module = ee.alphaedit
     module.CONTEXT_TEMPLATES_CACHE = [list(group) for group in inputs.templates]
-    module.P = torch.stack(
-        [
-            module.get_project(lm.model, lm.tokenizer, layer, hparams)
-            for layer in hparams.layers
-        ]
+    # once per process and settings, as EasyEdit computes P once (P_loaded)
+    key = (
+        tuple(hparams.layers),
+        hparams.nullspace_threshold,
+        hparams.mom2_dataset,
+        hparams.mom2_n_samples,
     )
+    if key not in PROJECTORS:
+        PROJECTORS[key] = torch.stack(
+            [
+                module.get_project(lm.model, lm.tokenizer, layer, hparams)
+                for layer in hparams.layers
+            ]
+        )
+    module.P = PROJECTORS[key]
     module.P_loaded = True
     module.cache_c = torch.zeros_like(module.P)
     module.cache_c_new = True
@@ -548,6 +568,8 @@ class Inputs:
     templates: list[list[str]]
     kebench: dict[str, dict[str, Any]]
     stats_dir: Path
+    # --quality: the locality probes (the dataset's requests after the edited ones)
+    probes: list[EditRequest] = dataclasses.field(default_factory=list)
 
     @property
     def corpus(self) -> Path:
@@ -596,8 +618,13 @@ def make_corpus(lm: LoadedModel, folder: Path) -> Path:
     return file
 
 
-def kebench_hparams(
-    lm: LoadedModel, config, model: str, methods: Sequence[str], corpus: Path
+def kebench_hparams(  # noqa: PLR0913, PLR0917 - the model, the methods, the settings
+    lm: LoadedModel,
+    config,
+    model: str,
+    methods: Sequence[str],
+    corpus: Path,
+    overrides: dict[str, dict[str, Any]] = STEP_OVERRIDES,
 ) -> dict[str, dict[str, Any]]:
     """Each method's faithful hparams for the model, as a run resolves them, with
     kebench's extensions off and the conformance corpus as covariance corpus."""
@@ -616,7 +643,7 @@ def kebench_hparams(
                 found[key] = value
         if "mom2_dataset" in found:
             found.update(mom2_dataset=str(corpus), mom2_n_samples=CORPUS_TEXTS)
-        found.update(STEP_OVERRIDES.get(method, {}))
+        found.update(overrides.get(method, {}))
         if method == "KN":
             # one batch of all integration steps (EasyEdit needs steps % batch_size == 0)
             found["batch_size"] = found["steps"]
@@ -1011,7 +1038,7 @@ def compare_method(harness: Harness, method: str, store: Store | None) -> dict:
             if not why:
                 rows.append(harness.edit_row(pairs[-1]))
     stream: list[Delta] = []
-    if METHOD_SPECS[method].stream is not None:
+    if METHOD_SPECS[method].stream is not None and not harness.inputs.probes:
         logger.info("%s: the edits as one sequential stream", method)
         stream = harness.easyedit_stream(method)
         if not why:
@@ -1023,6 +1050,8 @@ def compare_method(harness: Harness, method: str, store: Store | None) -> dict:
     if why:
         return {**result, "skipped": f"{why}: EasyEdit's reference outputs stored"}
     result["per_edit"] = rows
+    if harness.inputs.probes and method != "IKE":
+        result["quality"] = quality_of(harness, pairs)
     if method == "IKE":
         result["mean"] = {
             "same_text": statistics.mean(float(r["same_text"]) for r in rows),
@@ -1031,6 +1060,25 @@ def compare_method(harness: Harness, method: str, store: Store | None) -> dict:
     else:
         result["mean"] = summary(rows, ROW_KEYS)
     return result
+
+
+def quality_of(harness: Harness, pairs: list[EditPair]) -> dict[str, Any]:
+    """EditSucc and locality (``kebench.editing.quality``, in %) of each side's deltas
+    on the same edits and locality probes, and kebench − EasyEdit in points."""
+    requests = [pair.request for pair in pairs]
+    found: dict[str, Any] = {}
+    for side in ("kebench", "easyedit"):
+        deltas = [getattr(pair, side) for pair in pairs]
+        quality = measure_edits(harness.lm, requests, deltas, harness.inputs.probes)
+        found[side] = {
+            "edit_succ": 100 * statistics.mean(q.edit_succ for q in quality),
+            "locality": 100 * statistics.mean(q.locality for q in quality),
+        }
+    found["difference_points"] = {
+        key: found["kebench"][key] - found["easyedit"][key]
+        for key in ("edit_succ", "locality")
+    }
+    return found
 
 
 def measure_speed(harness: Harness, method: str, rounds: int) -> dict[str, Any]:
@@ -1234,6 +1282,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = [m for m in methods if m not in METHOD_SPECS]
     if unknown:
         raise SystemExit(f"--methods: unknown {unknown}; known: {sorted(METHOD_SPECS)}")
+    if args.quality and args.store:
+        raise SystemExit("--quality runs other settings than the stored reference's")
     ee = import_easyedit(Path(args.easyedit).resolve())
     lm = project_model(args.model, config)
     cases = edit_cases(args.dataset, config)
@@ -1260,8 +1310,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if r.case_id in paraphrases
             },
             templates=templates,
-            kebench=kebench_hparams(lm, config, args.model, methods, corpus),
+            kebench=kebench_hparams(
+                lm,
+                config,
+                args.model,
+                methods,
+                corpus,
+                {} if args.quality else STEP_OVERRIDES,
+            ),
             stats_dir=Path(scratch) / "stats",
+            probes=requests[args.edits : args.edits + N_PROBES] if args.quality else [],
         )
         harness = Harness(ee, lm, inputs)
         result: dict[str, Any] = {
@@ -1301,6 +1359,11 @@ def main() -> None:
     parser.add_argument("--methods", default=METHODS)
     parser.add_argument("--edits", type=int, default=3)
     parser.add_argument("--speed", type=int, default=0)
+    parser.add_argument(
+        "--quality",
+        action="store_true",
+        help="the methods' own step counts, and each side's EditSucc and locality",
+    )
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument(
         "--store",
