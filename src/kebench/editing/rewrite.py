@@ -493,6 +493,12 @@ class RewriteHyperParams(HyperParams):
         """C = E[k kᵀ] per rewritten module; empty (C = I) without mom2_adjustment."""
         if not self.mom2_adjustment:
             return {}
+        return self.second_moments(lm, paths, context)
+
+    def second_moments(
+        self, lm: LoadedModel, paths: Sequence[str], context: EditContext
+    ) -> dict:
+        """C = E[k kᵀ] per module, from these hparams' statistics settings."""
         return second_moments(
             lm,
             paths,

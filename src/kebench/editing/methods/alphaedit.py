@@ -42,7 +42,6 @@ from kebench.editing.interface import EditContext
 from kebench.editing.methods.memit import MEMITHyperParams, spread_update
 from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
-from kebench.editing.stats import second_moments
 from kebench.models.loading import LoadedModel
 
 # A delta's state key for the keys it wrote into a module (d_in × n).
@@ -88,14 +87,8 @@ def projector(
     )
     key = ("AlphaEdit projector", lm.name, tuple(paths), settings)
     if key not in context.cache:
-        moments = second_moments(
-            lm,
-            paths,
-            dataset=hparams.mom2_dataset,
-            n_samples=hparams.mom2_n_samples,
-            dtype_name=hparams.mom2_dtype,
-            context=context,
-        )
+        # always: the projector needs C whatever mom2_adjustment says, as in EasyEdit
+        moments = hparams.second_moments(lm, paths, context)
         matrices = {
             path: null_space_projector(moments[path], hparams.nullspace_threshold)
             for path in paths
