@@ -116,8 +116,10 @@ with contextlib.redirect_stdout(sys.stderr):
     from safetensors.torch import load_file, save_file
 
     from kebench.datasets.atomic import atomic_path
+    from kebench.editing.codebook import Codebook, module_dims
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import (
+        CODEBOOK,
         Agreement,
         Delta,
         ParamDelta,
@@ -142,7 +144,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
 logger = logging.getLogger("benchmarks.conformance")
 
-METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+FT-L+FT-M+KN+IKE"
+METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+GRACE+FT-L+FT-M+KN+IKE"
 SPEED_METHODS = ("ROME", "MEMIT")
 DATA = PROJECT_ROOT / "tests" / "editing" / "data" / "conformance"
 TEMPLATES = "templates.json"
@@ -171,6 +173,7 @@ STEP_OVERRIDES = {
     "AlphaEdit": {"v_num_grad_steps": 10},
     # and adapters at four layers, not all 30: the stored factors are 1 MB, not 8
     "LoRA": {"num_steps": 10, "layers": [4, 5, 6, 7]},
+    "GRACE": {"n_iter": 10},
     "FT-L": {"num_steps": 10},
     "FT-M": {"num_steps": 10},
     "KN": {"steps": 5},
@@ -243,6 +246,7 @@ def import_easyedit(root: Path) -> types.SimpleNamespace:
         alphaedit=load("models.alphaedit.AlphaEdit_main"),
         ft=load("models.ft.ft_main"),
         lora=load("models.lora.lora_main"),
+        grace=load("models.grace.grace_main"),
         kn=load("models.kn.kn_main"),
         ike=load("models.ike.ike_hparams"),
         ike_facts=load("models.ike.util"),
@@ -486,6 +490,69 @@ def run_lora(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
     return Delta(params)
 
 
+def grace_module(hparams) -> str:
+    """The module path of EasyEdit's ``inner_params`` (its weight, brackets)."""
+    (weight,) = hparams.inner_params
+    return weight.removesuffix(".weight").replace("[", ".").replace("]", "")
+
+
+def easyedit_codebook(lm: LoadedModel, path: str) -> Codebook:
+    """The codebook of EasyEdit's GRACE adapter at ``path``, entry ids its rows (its
+    entries are only ever appended); labels, which only its conflict rule reads, 0."""
+    adapter = lm.model.get_submodule(path)
+    n = len(adapter.keys)
+    return Codebook(
+        ids=torch.arange(n),
+        keys=adapter.keys.detach().float().cpu(),
+        values=adapter.values.detach().float().cpu(),
+        radii=adapter.epsilons.detach().float().flatten().cpu(),
+        labels=torch.zeros(n, dtype=torch.long),
+    )
+
+
+def own_logprob(lm: LoadedModel, request: dict) -> str:
+    """log P(target_new | prompt) as the model now is (EasyEdit's adapter in place,
+    querying the position of its edit's prompt, as its own evaluation does)."""
+    (score,) = score_answers(
+        lm.model, lm.tokenizer, [request["prompt"]], [request["target_new"]]
+    )
+    return repr(score.logprob)
+
+
+def stream_grace(ee, lm, requests, hparams, _inputs: Inputs) -> list[Delta]:
+    """EasyEdit's GRACE on a stream: one adapter, each edit seeded as kebench seeds
+    it; each delta the entries its edit made or changed, with the log-prob its own
+    adapter gives the edit's target (``meta``). The model's layer is put back after."""
+    path = grace_module(hparams)
+    first, stream = None, []
+    before = Codebook.empty(*module_dims(lm.model.get_submodule(path)))
+    try:
+        for request in requests:
+            torch.manual_seed(SEED)
+            editor, _ = ee.grace.apply_grace_to_model(
+                lm.model, lm.tokenizer, [request], hparams
+            )
+            # later editors find the adapter in place and keep no original layer
+            first = first or editor
+            book = easyedit_codebook(lm, path)
+            stream.append(
+                Delta(
+                    codebooks={path: book.changed_since(before)},
+                    meta={"logprob": own_logprob(lm, request)},
+                )
+            )
+            before = book
+    finally:
+        if first is not None:
+            first.reset_layer()
+    return stream
+
+
+def run_grace(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's GRACE on one edit, from an empty codebook."""
+    return stream_grace(ee, lm, [request], hparams, inputs)[0]
+
+
 def run_ft(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
     """EasyEdit's FT: the whole change of each trained weight."""
     deltas = ee.ft.execute_ft(lm.model, lm.tokenizer, [request], hparams)
@@ -547,6 +614,9 @@ METHOD_SPECS = {
         stream_alphaedit,
     ),
     "LoRA": MethodSpec("LoRA", ("lora", "LoRAHyperParams"), "left", run_lora),
+    "GRACE": MethodSpec(
+        "GRACE", ("grace", "GraceHyperParams"), "left", run_grace, stream_grace
+    ),
     "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "KN": MethodSpec("KN", ("kn", "KNHyperParams"), "left", run_kn),
@@ -699,6 +769,16 @@ def easyedit_hparams(
         )
     if method == "IKE":
         chosen["sentence_model_name"] = "none (offline: see the IKE note)"
+    if method == "GRACE":
+        # kebench's files name the module by layer and template; EasyEdit's keys it
+        # reads and never uses take kebench's defaults
+        ours = get_method(method).hparams.from_dict(values, method)
+        # its layer in brackets: EasyEdit's GRACE evaluates the path as Python
+        template = ours.rewrite_module_tmp.replace(".{}", "[{}]")
+        chosen["inner_params"] = [f"{template.format(ours.layers[0])}.weight"]
+        for key in names - set(chosen):
+            if hasattr(ours, key):
+                chosen[key] = getattr(ours, key)
     return params_class(**chosen), chosen
 
 
@@ -774,9 +854,17 @@ def easyedit_ike_text(
 
 
 def compare_deltas(lm: LoadedModel, ours: Delta, theirs: Delta) -> dict[str, Any]:
-    """Cosine and norm ratio of two deltas over every parameter either changes."""
+    """Cosine and norm ratio of two deltas over every parameter either changes; for
+    codebooks, also the largest difference of their radii."""
     total, per_param = agreement(lm.model, ours, theirs)
     result = _named(total)
+    gaps = [
+        float((ours.codebooks[p].radii - theirs.codebooks[p].radii).abs().max())
+        for p in set(ours.codebooks) & set(theirs.codebooks)
+        if ours.codebooks[p].radii.shape == theirs.codebooks[p].radii.shape
+    ]
+    if gaps:
+        result["radius_diff"] = max(gaps)
     if len(per_param) > 1:
         result["per_param"] = {name: _named(a) for name, a in per_param.items()}
     return result
@@ -821,6 +909,17 @@ def logprob_after_all(
             lm.model, lm.tokenizer, [request.text], [request.target_new]
         )
     return score.logprob
+
+
+def easyedit_logprob(
+    lm: LoadedModel, deltas: Sequence[Delta], request: EditRequest
+) -> float:
+    """EasyEdit's post-edit log-prob of the target: the one its own model gave, where
+    the last delta kept it (GRACE, whose adapter kebench's codebook hooks do not
+    replay), else with ``deltas`` applied to kebench's model."""
+    if "logprob" in deltas[-1].meta:
+        return float(deltas[-1].meta["logprob"])
+    return logprob_after_all(lm, deltas, request)
 
 
 def summary(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
@@ -933,7 +1032,7 @@ class Harness:
             row = {"case_id": request.case_id}
             row.update(compare_deltas(self.lm, ours[done - 1], theirs[done - 1]))
             row["logprob_kebench"] = logprob_after_all(self.lm, ours[:done], request)
-            row["logprob_easyedit"] = logprob_after_all(self.lm, theirs[:done], request)
+            row["logprob_easyedit"] = easyedit_logprob(self.lm, theirs[:done], request)
             row["logprob_diff"] = row["logprob_kebench"] - row["logprob_easyedit"]
             rows.append(row)
         return rows
@@ -988,7 +1087,7 @@ class Harness:
             )
         row.update(
             logprob_kebench=logprob_after(lm, pair.kebench, request),
-            logprob_easyedit=logprob_after(lm, pair.easyedit, request),
+            logprob_easyedit=easyedit_logprob(lm, [pair.easyedit], request),
             seconds_kebench=pair.seconds_kebench,
             seconds_easyedit=pair.seconds_easyedit,
         )
@@ -1178,7 +1277,15 @@ class Store:
             else:
                 for key, tensor in change.tensors.items():
                     tensors[f"{index}/{name}/{key}"] = tensor
-        return {"params": layout, "norm": math.sqrt(total)}, tensors
+        books = {}
+        for path, book in sorted(delta.codebooks.items()):
+            books[path] = {"entries": len(book)}
+            total += float(book.keys.double().pow(2).sum())
+            total += float(book.values.double().pow(2).sum())
+            for key, tensor in book.tensors().items():
+                tensors[f"{index}/{CODEBOOK}{path}/{key}"] = tensor
+        found = {"params": layout, "norm": math.sqrt(total)}
+        return ({**found, "codebooks": books} if books else found), tensors
 
     def method(  # noqa: PLR0913, PLR0917 - one method's outputs
         self, harness: Harness, method: str, pairs, rows, ee_values, stream
@@ -1206,7 +1313,7 @@ class Store:
             ]
         for i, pair in enumerate(pairs):
             layout, found = self.delta_tensors(harness.lm, i, pair.easyedit)
-            logprob = logprob_after(harness.lm, pair.easyedit, pair.request)
+            logprob = easyedit_logprob(harness.lm, [pair.easyedit], pair.request)
             record["edits"].append(
                 {"case_id": pair.request.case_id, "logprob_new": logprob, **layout}
             )
@@ -1217,7 +1324,7 @@ class Store:
             zip(harness.inputs.requests[: len(stream)], stream, strict=True)
         ):
             layout, found = self.delta_tensors(harness.lm, f"seq{i}", delta)
-            logprob = logprob_after_all(harness.lm, stream[: i + 1], request)
+            logprob = easyedit_logprob(harness.lm, stream[: i + 1], request)
             record["sequential"].append(
                 {"case_id": request.case_id, "logprob_new": logprob, **layout}
             )

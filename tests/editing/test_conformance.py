@@ -10,6 +10,9 @@ method on the same inputs and checks the issue's targets:
         and the norm ratio within 1% (AlphaEdit also over a stream of the three edits,
         each on the ones before; AlphaEdit's and LoRA's log-probs within 1e-3: issue
         16);
+    GRACE: the codebook entries (keys and values) at cosine >= 0.999, the norm ratio
+        within 1%, equal radii, and the log-prob within 1e-3 of the one EasyEdit's own
+        adapter gave, alone and over the stream of the three edits;
     KN, FT-L, FT-M: equal to float tolerance (KN: the same neurons and columns; FT:
         the stored Gaussian sketches ΔW·G and Gᵀ·ΔW and the norm, which a different
         ΔW matches only by chance);
@@ -35,7 +38,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kebench.editing.delta import Delta, ParamDelta, agreement, delta_applied
+from kebench.editing.codebook import FIELDS, Codebook
+from kebench.editing.delta import (
+    CODEBOOK,
+    Delta,
+    ParamDelta,
+    agreement,
+    delta_applied,
+)
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
@@ -55,7 +65,8 @@ LOGPROB_LOCATE = 0.1
 LOGPROB_EQUAL = 1e-3
 COVARIANCE_RTOL = 1e-4
 # Issue 16's methods: post-edit log-probs within 1e-3 of EasyEdit's.
-ISSUE_16 = ("AlphaEdit", "LoRA")
+ISSUE_16 = ("AlphaEdit", "LoRA", "GRACE")
+RADIUS_ATOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,8 @@ def kebench_edit(lm, method: str, request: EditRequest, context) -> Delta:
 
 
 def easyedit_delta(index: int | str, edit: dict, tensors: dict) -> Delta:
-    """EasyEdit's exact delta of edit ``index`` (low-rank factors or slices)."""
+    """EasyEdit's exact delta of edit ``index`` (low-rank factors or slices, or codebook
+    entries)."""
     params = {}
     for name, layout in edit["params"].items():
         keys = (
@@ -132,7 +144,13 @@ def easyedit_delta(index: int | str, edit: dict, tensors: dict) -> Delta:
             {key: tensors[f"{index}/{name}/{key}"] for key in keys},
             dim=layout["dim"],
         )
-    return Delta(params=params)
+    codebooks = {
+        path: Codebook(
+            **{key: tensors[f"{index}/{CODEBOOK}{path}/{key}"] for key in FIELDS}
+        )
+        for path in edit.get("codebooks", {})
+    }
+    return Delta(params=params, codebooks=codebooks)
 
 
 def full_changes(lm, delta: Delta) -> dict[str, torch.Tensor]:
@@ -295,6 +313,64 @@ def test_alphaedit_stream_matches_easyedits(lm, context, tmp_path):
     assert agreement(lm.model, theirs[1], alone)[0].norm_ratio != pytest.approx(
         1.0, abs=1e-4
     )
+
+
+def radius_gap(ours: Delta, theirs: Delta) -> float:
+    """The largest difference of two codebook deltas' radii (inf: other entries)."""
+    (path,) = theirs.codebooks
+    mine, easyedit = ours.codebooks[path].radii, theirs.codebooks[path].radii
+    if mine.shape != easyedit.shape:
+        return math.inf
+    return float((mine - easyedit).abs().max())
+
+
+@pytest.mark.model
+def test_grace_matches_easyedits_codebooks(lm, context, tmp_path):
+    """Each edit alone (from an empty codebook) and the three as a stream, each reading
+    the codebook the ones before left: the entries each edit made against those of
+    EasyEdit's adapter, and the post-edit log-prob against the one that adapter gave."""
+    record, tensors = stored("GRACE")
+    requests = reference().requests
+    rows = []
+    for index, (request, edit) in enumerate(
+        zip(requests, record["edits"], strict=True)
+    ):
+        ours = kebench_edit(lm, "GRACE", request, context)
+        theirs = easyedit_delta(index, edit, tensors)
+        total, _ = agreement(lm.model, ours, theirs)
+        rows.append(
+            {
+                "case_id": request.case_id,
+                "cosine": total.cosine,
+                "norm_ratio": total.norm_ratio,
+                "radius_gap": radius_gap(ours, theirs),
+                "logprob_diff": logprob_after(lm, ours, request) - edit["logprob_new"],
+            }
+        )
+    job = make_job("GRACE", kebench_hparams(record), "sequential", "GRACE")
+    stream = [
+        outcome.delta
+        for outcome in run_job(
+            lm,
+            requests,
+            job,
+            store=DeltaStore(tmp_path),
+            context=context,
+            max_relative_norm=math.inf,
+        )
+    ]
+    theirs = [
+        easyedit_delta(f"seq{index}", edit, tensors)
+        for index, edit in enumerate(record["sequential"])
+    ]
+    streamed = stream_agreement(lm, stream, theirs, record["sequential"])
+    for row, ours, easyedit in zip(streamed, stream, theirs, strict=True):
+        row["radius_gap"] = radius_gap(ours, easyedit)
+    rows += streamed
+    failed = disagreeing(rows, LOGPROB_EQUAL) + [
+        r for r in rows if r["radius_gap"] > RADIUS_ATOL
+    ]
+    assert not failed, f"GRACE differs from EasyEdit's: {failed}"
 
 
 @pytest.mark.model

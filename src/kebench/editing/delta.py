@@ -5,7 +5,8 @@ A delta maps parameter names to changes of one of three kinds:
         MEMIT: rank = number of edits per layer);
     index: ``W.index_add_(dim, index, values)`` (KN: a few neurons' slices);
     dense: ``W += values`` (FT: the whole matrix).
-An edit that changes no weights (IKE) has no parameters but a text ``prefix``. A
+An edit that changes no weights has no parameters but a text ``prefix`` (IKE) or
+key-value ``codebooks`` at modules' outputs (GRACE, ``kebench.editing.codebook``). A
 method whose later edits of a sequential stream depend on this one keeps what they
 need in ``state`` (AlphaEdit: the keys it wrote, which later edits must preserve).
 
@@ -27,6 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from kebench.datasets.atomic import atomic_path
+from kebench.editing.codebook import FIELDS, Codebook, attach, detach, module_dims
 
 KINDS = {
     "low_rank": ("left", "right"),
@@ -36,6 +38,8 @@ KINDS = {
 FORMAT = "kebench-delta/1"
 # The tensor-name prefix of a delta's state in its file (no parameter name starts so).
 STATE = "state:"
+# The tensor-name prefix of a codebook's entries in its file.
+CODEBOOK = "codebook:"
 
 
 @dataclass
@@ -102,6 +106,7 @@ class Delta:
     Attributes:
         params: parameter name -> its change.
         prefix: text put before every prompt (in-context editing); empty otherwise.
+        codebooks: module path -> the codebook entries applied at its output.
         meta: free-form strings stored in the file header (method, case ids...).
         state: tensors that change no weight, which later edits of a sequential
             stream read (``EditContext.earlier``); stored with the delta.
@@ -110,6 +115,7 @@ class Delta:
 
     params: dict[str, ParamDelta] = field(default_factory=dict)
     prefix: str = ""
+    codebooks: dict[str, Codebook] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
@@ -133,11 +139,26 @@ class Delta:
                     f"delta {self.label()} does not fit {name} of shape "
                     f"{tuple(param.shape)}: {problem}"
                 )
+        for path, book in self.codebooks.items():
+            try:
+                dims = module_dims(model.get_submodule(path))
+            except (AttributeError, ValueError) as err:
+                raise ValueError(
+                    f"delta {self.label()}: no codebook fits module {path!r}: {err}"
+                ) from None
+            got = (book.keys.shape[1], book.values.shape[1])
+            if got != dims:
+                raise ValueError(
+                    f"delta {self.label()}: a codebook of (key, value) sizes {got} "
+                    f"does not fit {path}, whose (input, output) sizes are {dims}"
+                )
 
     def nbytes(self) -> int:
         """The bytes of its tensors, the state's included (what its file holds)."""
-        return sum(p.nbytes() for p in self.params.values()) + sum(
-            t.numel() * t.element_size() for t in self.state.values()
+        return (
+            sum(p.nbytes() for p in self.params.values())
+            + sum(b.nbytes() for b in self.codebooks.values())
+            + sum(t.numel() * t.element_size() for t in self.state.values())
         )
 
     def describe(self, model: torch.nn.Module) -> dict[str, list]:
@@ -156,7 +177,7 @@ class Delta:
             for p in self.params.values()
             for key, t in p.tensors.items()
             if key != "index"
-        )
+        ) and all(b.is_finite() for b in self.codebooks.values())
 
 
 def save_delta(delta: Delta, path: str | Path) -> None:
@@ -172,6 +193,13 @@ def save_delta(delta: Delta, path: str | Path) -> None:
             for key, t in delta.state.items()
         }
     )
+    tensors.update(
+        {
+            f"{CODEBOOK}{path}/{key}": t.detach().to("cpu").contiguous()
+            for path, book in delta.codebooks.items()
+            for key, t in book.tensors().items()
+        }
+    )
     header = {
         "format": FORMAT,
         "params": json.dumps(
@@ -180,6 +208,7 @@ def save_delta(delta: Delta, path: str | Path) -> None:
         "prefix": delta.prefix,
         "meta": json.dumps(delta.meta, sort_keys=True),
         "state": json.dumps(sorted(delta.state)),
+        "codebooks": json.dumps(sorted(delta.codebooks)),
     }
     with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=header)
@@ -210,9 +239,16 @@ def load_delta(path: str | Path) -> Delta:
             key: handle.get_tensor(f"{STATE}/{key}")
             for key in json.loads(header.get("state", "[]"))
         }
+        codebooks = {
+            path: Codebook(
+                **{k: handle.get_tensor(f"{CODEBOOK}{path}/{k}") for k in FIELDS}
+            )
+            for path in json.loads(header.get("codebooks", "[]"))
+        }
     return Delta(
         params=params,
         prefix=header["prefix"],
+        codebooks=codebooks,
         meta=json.loads(header["meta"]),
         state=state,
         origin=str(path),
@@ -221,9 +257,11 @@ def load_delta(path: str | Path) -> Delta:
 
 @dataclass
 class Applied:
-    """What ``apply_delta`` overwrote: the original values of the touched slices."""
+    """What ``apply_delta`` overwrote: the original values of the touched slices, and
+    the codebooks it attached (module path, the attached copy)."""
 
     backups: list[tuple[str, ParamDelta, torch.Tensor]]
+    codebooks: list[tuple[str, Codebook]] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -246,12 +284,18 @@ def apply_delta(model: torch.nn.Module, delta: Delta) -> Applied:
         else:
             backups.append((name, change, param.detach().clone()))
             param.add_(change.full(param))
-    return Applied(backups)
+    codebooks = [
+        (path, attach(model, path, book)) for path, book in delta.codebooks.items()
+    ]
+    return Applied(backups, codebooks)
 
 
 @torch.no_grad()
 def revert_delta(model: torch.nn.Module, applied: Applied) -> None:
-    """Restore the values ``apply_delta`` overwrote, bit for bit, in reverse order."""
+    """Restore the values ``apply_delta`` overwrote, bit for bit, in reverse order,
+    and take its codebooks off."""
+    for path, book in reversed(applied.codebooks):
+        detach(model, path, book)
     for name, change, original in reversed(applied.backups):
         param = model.get_parameter(name)
         if change.kind == "index":
@@ -298,7 +342,9 @@ def agreement(
     model: torch.nn.Module, a: Delta, b: Delta
 ) -> tuple[Agreement, dict[str, Agreement]]:
     """The agreement of ``a`` and ``b`` over all parameters, and per parameter (in
-    float64; a parameter only one of them changes counts as zero change in the other)."""
+    float64; a parameter only one of them changes counts as zero change in the other).
+    Codebooks count as their keys and values, entry by entry (``<module>/codebook``);
+    codebooks with different numbers of entries cannot agree (nan)."""
     dot = a_sq = b_sq = 0.0
     per_param = {}
     for name in sorted(set(a.params) | set(b.params)):
@@ -309,7 +355,35 @@ def agreement(
             else torch.zeros(param.shape, dtype=torch.double, device=param.device)
             for d in (a, b)
         )
-        sums = (float((x * y).sum()), float(x.square().sum()), float(y.square().sum()))
-        dot, a_sq, b_sq = dot + sums[0], a_sq + sums[1], b_sq + sums[2]
-        per_param[name] = Agreement.of(*sums)
-    return Agreement.of(dot, a_sq, b_sq), per_param
+        per_param[name] = _sums(x, y)
+    for path in sorted(set(a.codebooks) | set(b.codebooks)):
+        x, y = (_entries(d, path) for d in (a, b))
+        x = torch.zeros_like(y) if x is None else x
+        y = torch.zeros_like(x) if y is None else y
+        if x.shape != y.shape:
+            x = y = torch.full((1,), math.nan, dtype=torch.double)
+        per_param[f"{path}/codebook"] = _sums(x, y)
+    for sums in per_param.values():
+        dot, a_sq, b_sq = dot + sums.dot, a_sq + sums.a_sq, b_sq + sums.b_sq
+    return Agreement.of(dot, a_sq, b_sq), {
+        name: Agreement.of(s.dot, s.a_sq, s.b_sq) for name, s in per_param.items()
+    }
+
+
+def _entries(delta: Delta, path: str) -> torch.Tensor | None:
+    """The keys and values of ``delta``'s codebook at ``path``, flat (None: it has none)."""
+    book = delta.codebooks.get(path)
+    if book is None:
+        return None
+    return torch.cat([book.keys, book.values], dim=1).double().flatten()
+
+
+@dataclass(frozen=True)
+class _Sums:
+    dot: float
+    a_sq: float
+    b_sq: float
+
+
+def _sums(x: torch.Tensor, y: torch.Tensor) -> _Sums:
+    return _Sums(float((x * y).sum()), float(x.square().sum()), float(y.square().sum()))

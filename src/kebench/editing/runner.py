@@ -118,8 +118,8 @@ def delta_problem(
                 f"for {name}",
                 description,
             )
-    if not delta.params:
-        return None, description  # no weight changes (IKE): nothing can diverge
+    if not delta.params and not delta.codebooks:
+        return None, description  # a prefix only (IKE): nothing can diverge
     ids = lm.tokenizer(delta.prefix + request.text)["input_ids"]
     with delta_applied(lm.model, delta), torch.no_grad():
         logits, _ = forward_padded(lm.model, [ids], lm.tokenizer.pad_token_id)
