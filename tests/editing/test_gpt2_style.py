@@ -58,6 +58,7 @@ def gpt2_hparams() -> dict[str, dict]:
         }
     )
     found["LoRA"].update(num_steps=2)
+    found["GRACE"].update(layers=[LAYER], n_iter=3)
     found["FT-M"].update(layers=[LAYER], num_steps=3)
     found["KN"].update(layers=[0, 1], steps=4, batch_size=4)
     return found
@@ -106,6 +107,17 @@ def test_every_weight_method_runs_and_reverts_exactly(
     revert_delta(gpt2.model, applied)
     for name, tensor in gpt2.model.state_dict().items():
         assert torch.equal(tensor, base[name]), name
+
+
+@pytest.mark.model
+def test_grace_keys_and_values_take_conv1d_sizes(gpt2, gpt2_hparams, stats_dir):
+    """gpt2-xl's GRACE file puts the codebook at the MLP's input projection c_fc, a
+    Conv1D of weight (in 64, out 256): keys are its inputs, values its outputs."""
+    delta, _ = edit(gpt2, "GRACE", gpt2_hparams, stats_dir)
+    (path,) = delta.codebooks
+    book = delta.codebooks[path]
+    assert path == f"transformer.h.{LAYER}.mlp.c_fc"
+    assert book.keys.shape == (1, 64) and book.values.shape == (1, 256)
 
 
 @pytest.mark.model

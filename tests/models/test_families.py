@@ -49,6 +49,7 @@ SHORT = {
     "FT-M": {"num_steps": 3},
     "KN": {"steps": 4, "batch_size": 4},
     "LoRA": {"num_steps": 3},
+    "GRACE": {"n_iter": 3},
 }
 SHORT["AlphaEdit"] = SHORT["MEMIT"]
 
@@ -153,6 +154,35 @@ def test_every_weight_method_edits_and_reverts_bit_exactly(
     assert not torch.equal(after, before)  # the edit changes the model's answer
     for name, tensor in lm.model.state_dict().items():
         assert torch.equal(tensor, base[name]), name
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_grace_answers_through_its_codebook_and_comes_off_exactly(
+    checkpoints, tmp_path_factory, model_type
+):
+    """GRACE on the family's derived module: the prompt's next-token logits move while
+    its codebook is applied, no weight does, and they come back bit for bit."""
+    lm = tiny(checkpoints, model_type)
+    entry = get_method("GRACE")
+    hparams = entry.hparams.from_dict({**derived(lm, "GRACE"), **SHORT["GRACE"]})
+    request = demo_requests()[0]
+    context = EditContext(stats_dir=tmp_path_factory.getbasetemp() / "family_stats")
+    base = {name: t.clone() for name, t in lm.model.state_dict().items()}
+    prompt = lm.tokenizer(request.text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        before = lm.model(input_ids=prompt).logits[0, -1]
+    delta = entry.compute(lm, [request], hparams, context)
+    assert not delta.params and delta.codebooks and delta.is_finite()
+    applied = apply_delta(lm.model, delta)
+    with torch.no_grad():
+        after = lm.model(input_ids=prompt).logits[0, -1]
+    for name, tensor in lm.model.state_dict().items():
+        assert torch.equal(tensor, base[name]), name
+    revert_delta(lm.model, applied)
+    with torch.no_grad():
+        again = lm.model(input_ids=prompt).logits[0, -1]
+    assert not torch.equal(after, before) and torch.equal(again, before)
 
 
 def joint_text_logprob(lm: LoadedModel, prompt: str, answer: str) -> float:

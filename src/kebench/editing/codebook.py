@@ -173,6 +173,12 @@ def query_rows(kwargs: dict, args: tuple) -> torch.Tensor | None:
     return width - 1 - mask[:, -width:].flip(1).int().argmax(dim=1)
 
 
+def by_token(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """A module's input or output as (rows, tokens, features): some architectures
+    (OPT) run their MLP on the rows' tokens flattened to (rows · tokens, features)."""
+    return tensor.reshape(rows, -1, tensor.shape[-1])
+
+
 def _replace(
     state: _ModelHooks, layer: _LayerHooks, inputs: tuple, output: torch.Tensor
 ) -> torch.Tensor | None:
@@ -180,13 +186,14 @@ def _replace(
     book = layer.active
     if state.suspended or state.rows is None or book is None or not len(book):
         return None
-    rows = torch.arange(output.shape[0], device=output.device)
     positions = state.rows.to(output.device)
-    distance, nearest = book.nearest(inputs[0][rows, positions])
+    rows = torch.arange(positions.shape[0], device=output.device)
+    queries = by_token(inputs[0], len(rows))[rows, positions]
+    distance, nearest = book.nearest(queries)
     hit = distance <= book.radii[nearest]
-    replaced = output.clone()
+    replaced = by_token(output, len(rows)).clone()
     replaced[rows[hit], positions[hit]] = book.values[nearest[hit]].to(output.dtype)
-    return replaced
+    return replaced.reshape(output.shape)
 
 
 def attach(model: nn.Module, path: str, book: Codebook) -> Codebook:

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from kebench.editing import codebook
-from kebench.editing.codebook import Codebook, module_dims
+from kebench.editing.codebook import Codebook, by_token, module_dims
 from kebench.editing.delta import Delta
 from kebench.editing.forward import get_module
 from kebench.editing.interface import EditContext, HparamsError, HyperParams
@@ -188,8 +188,8 @@ def module_at(
     inputs, position = tokens.inputs, tokens.position
 
     def capture(_module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        seen["input"] = args[0][0, position].detach()
-        seen["output"] = output[0, position].detach()
+        seen["input"] = by_token(args[0], 1)[0, position].detach()
+        seen["output"] = by_token(output, 1)[0, position].detach()
 
     handle = module.register_forward_hook(capture)
     try:
@@ -216,9 +216,9 @@ def train_value(
     optimiser = torch.optim.Adam([value], lr=hparams.edit_lr)
 
     def put(_module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor:
-        output = output.clone()
-        output[:, position] = value.to(output.dtype)
-        return output
+        replaced = by_token(output, 1).clone()
+        replaced[:, position] = value.to(output.dtype)
+        return replaced.reshape(output.shape)
 
     handle = module.register_forward_hook(put)
     try:
