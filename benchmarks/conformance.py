@@ -144,7 +144,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
 logger = logging.getLogger("benchmarks.conformance")
 
-METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+GRACE+FT-L+FT-M+KN+IKE"
+METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+GRACE+UltraEdit+FT-L+FT-M+KN+IKE"
 SPEED_METHODS = ("ROME", "MEMIT")
 DATA = PROJECT_ROOT / "tests" / "editing" / "data" / "conformance"
 TEMPLATES = "templates.json"
@@ -174,6 +174,18 @@ STEP_OVERRIDES = {
     # and adapters at four layers, not all 30: the stored factors are 1 MB, not 8
     "LoRA": {"num_steps": 10, "layers": [4, 5, 6, 7]},
     "GRACE": {"n_iter": 10},
+    # EasyEdit's UltraEdit takes exactly batch_size requests per call: one, as
+    # kebench's single and sequential modes give it; and two of its eleven modules
+    # (one gate, one up projection, which share a normaliser): the stored factors
+    # are 0.9 MB, not 4.8
+    "UltraEdit": {
+        "batch_size": 1,
+        "batch_size_once": 1,
+        "inner_params": [
+            "model.layers.12.mlp.gate_proj",
+            "model.layers.20.mlp.up_proj",
+        ],
+    },
     "FT-L": {"num_steps": 10},
     "FT-M": {"num_steps": 10},
     "KN": {"steps": 5},
@@ -215,7 +227,15 @@ def import_easyedit(root: Path) -> types.SimpleNamespace:
     """EasyEdit's method modules from the checkout ``root`` (module docstring)."""
     if not (root / "easyeditor" / "models" / "rome").is_dir():
         raise SystemExit(f"--easyedit {root}: no easyeditor/models/rome there")
-    for name in ("easyeditor", "easyeditor.models", "easyeditor.util"):
+    for name in (
+        "easyeditor",
+        "easyeditor.models",
+        "easyeditor.util",
+        # UltraEdit's helpers, without the trainers' __init__ (their vision models)
+        "easyeditor.trainer",
+        "easyeditor.trainer.algs",
+        "easyeditor.trainer.algs.malmen",
+    ):
         _bare_package(name, root / name.replace(".", "/"))
     _bare_package("easyeditor.evaluate", root / "easyeditor" / "evaluate")
     _bare_package("easyeditor.models.melo", root / "easyeditor" / "models" / "melo")
@@ -247,6 +267,7 @@ def import_easyedit(root: Path) -> types.SimpleNamespace:
         ft=load("models.ft.ft_main"),
         lora=load("models.lora.lora_main"),
         grace=load("models.grace.grace_main"),
+        ultraedit=load("models.ultraedit.ultraedit_main"),
         kn=load("models.kn.kn_main"),
         ike=load("models.ike.ike_hparams"),
         ike_facts=load("models.ike.util"),
@@ -553,6 +574,54 @@ def run_grace(ee, lm, request, hparams, inputs: Inputs) -> Delta:
     return stream_grace(ee, lm, [request], hparams, inputs)[0]
 
 
+def stream_ultraedit(ee, lm, requests, hparams, _inputs: Inputs) -> list[Delta]:
+    """EasyEdit's UltraEdit on a stream: one executor, kept initialised after its
+    first call (what its unset ``is_init`` means to do: the lifelong normaliser
+    carries over); each edit's change is the shifts it computes (read before it adds
+    them to the weights: their difference in float32 would lose them), as exact
+    factors of rank its traced tokens; the weights restored after."""
+    names = [f"{m.removesuffix('.weight')}.weight" for m in hparams.inner_params]
+    saved = {name: lm.model.get_parameter(name).detach().clone() for name in names}
+    editor = ee.ultraedit.ULTRAEDIT
+    predict = editor.predict_param_shifts
+    shifts: dict[str, torch.Tensor] = {}
+
+    def recording(self, module_kv_map):
+        found = predict(self, module_kv_map)
+        shifts.update(found)
+        return found
+
+    editor.predict_param_shifts = recording
+    executor = ee.ultraedit.UltraEditRewriteExecutor()
+    stream = []
+    try:
+        for request in requests:
+            shifts.clear()
+            executor.apply_to_model(lm.model, lm.tokenizer, [request], hparams)
+            executor.is_init = True
+            text = request["prompt"] + " " + request["target_new"]
+            rank = len(lm.tokenizer(text)["input_ids"])
+            params = {}
+            for module, shift in shifts.items():
+                # EasyEdit's shifts are (input, output): a Linear weight takes them
+                # transposed
+                linear = isinstance(get_module(lm.model, module), torch.nn.Linear)
+                change = (shift.T if linear else shift).detach().float().cpu()
+                params[f"{module}.weight"] = exact_factors(change, rank)
+            stream.append(Delta(params))
+    finally:
+        editor.predict_param_shifts = predict
+        with torch.no_grad():
+            for name, value in saved.items():
+                lm.model.get_parameter(name).copy_(value)
+    return stream
+
+
+def run_ultraedit(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's UltraEdit on one edit, from a new normaliser."""
+    return stream_ultraedit(ee, lm, [request], hparams, inputs)[0]
+
+
 def run_ft(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
     """EasyEdit's FT: the whole change of each trained weight."""
     deltas = ee.ft.execute_ft(lm.model, lm.tokenizer, [request], hparams)
@@ -616,6 +685,13 @@ METHOD_SPECS = {
     "LoRA": MethodSpec("LoRA", ("lora", "LoRAHyperParams"), "left", run_lora),
     "GRACE": MethodSpec(
         "GRACE", ("grace", "GraceHyperParams"), "left", run_grace, stream_grace
+    ),
+    "UltraEdit": MethodSpec(
+        "ULTRAEDIT",
+        ("ultraedit", "UltraEditHyperParams"),
+        "left",
+        run_ultraedit,
+        stream_ultraedit,
     ),
     "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
@@ -769,16 +845,29 @@ def easyedit_hparams(
         )
     if method == "IKE":
         chosen["sentence_model_name"] = "none (offline: see the IKE note)"
-    if method == "GRACE":
-        # kebench's files name the module by layer and template; EasyEdit's keys it
-        # reads and never uses take kebench's defaults
+    if method in {"GRACE", "UltraEdit"}:
+        # the keys EasyEdit reads and never uses, which kebench's files leave out,
+        # take kebench's defaults
         ours = get_method(method).hparams.from_dict(values, method)
-        # its layer in brackets: EasyEdit's GRACE evaluates the path as Python
-        template = ours.rewrite_module_tmp.replace(".{}", "[{}]")
-        chosen["inner_params"] = [f"{template.format(ours.layers[0])}.weight"]
         for key in names - set(chosen):
             if hasattr(ours, key):
                 chosen[key] = getattr(ours, key)
+    if method == "GRACE":
+        # kebench's files name the module by layer and template; EasyEdit's GRACE
+        # evaluates its path as Python, the layer in brackets
+        template = ours.rewrite_module_tmp.replace(".{}", "[{}]")
+        chosen["inner_params"] = [f"{template.format(ours.layers[0])}.weight"]
+    if method == "UltraEdit":
+        # how EasyEdit would load the model it is handed here, and its logging
+        chosen.update(
+            model_class="AutoModelForCausalLM",
+            tokenizer_class="AutoTokenizer",
+            tokenizer_name=chosen["model_name"],
+            silent=True,
+            results_dir=str(stats_dir),
+            # a copy: EasyEdit's UltraEdit rewrites the list in place
+            inner_params=list(values["inner_params"]),
+        )
     return params_class(**chosen), chosen
 
 

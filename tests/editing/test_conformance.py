@@ -65,7 +65,7 @@ LOGPROB_LOCATE = 0.1
 LOGPROB_EQUAL = 1e-3
 COVARIANCE_RTOL = 1e-4
 # Issue 16's methods: post-edit log-probs within 1e-3 of EasyEdit's.
-ISSUE_16 = ("AlphaEdit", "LoRA", "GRACE")
+ISSUE_16 = ("AlphaEdit", "LoRA", "GRACE", "UltraEdit")
 RADIUS_ATOL = 1e-6
 
 
@@ -208,7 +208,7 @@ def kebench_edits_together(lm, method: str, context) -> list[Delta]:
 @pytest.mark.parametrize(
     ("method", "together"),
     [("ROME", False), ("ROME", True), ("R-ROME", False), ("R-ROME", True)]
-    + [("MEMIT", False), ("AlphaEdit", False), ("LoRA", False)],
+    + [("MEMIT", False), ("AlphaEdit", False), ("LoRA", False), ("UltraEdit", False)],
 )
 def test_locate_then_edit_matches_easyedit(lm, context, method, together):
     """Each edit alone, and (ROME, R-ROME) the three computed together, as single
@@ -285,11 +285,14 @@ def stream_agreement(lm, ours: list[Delta], theirs: list[Delta], record) -> list
 
 
 @pytest.mark.model
-def test_alphaedit_stream_matches_easyedits(lm, context, tmp_path):
-    """The three edits in sequence, each on the ones before and preserving their keys,
-    against EasyEdit's stream (its record of earlier keys kept between the edits)."""
-    record, tensors = stored("AlphaEdit")
-    job = make_job("AlphaEdit", kebench_hparams(record), "sequential", "AlphaEdit")
+@pytest.mark.parametrize("method", ["AlphaEdit", "UltraEdit"])
+def test_stream_matches_easyedits(lm, context, tmp_path, method):
+    """The three edits in sequence, each on the ones before, against EasyEdit's stream:
+    AlphaEdit preserving the earlier edits' keys (EasyEdit's record of them kept
+    between the edits), UltraEdit going on with the earlier edits' normaliser
+    (EasyEdit's executor kept initialised)."""
+    record, tensors = stored(method)
+    job = make_job(method, kebench_hparams(record), "sequential", method)
     ours = [
         outcome.delta
         for outcome in run_job(
@@ -307,7 +310,7 @@ def test_alphaedit_stream_matches_easyedits(lm, context, tmp_path):
     ]
     rows = stream_agreement(lm, ours, theirs, record["sequential"])
     failed = disagreeing(rows, LOGPROB_EQUAL)
-    assert not failed, f"AlphaEdit's stream differs from EasyEdit's: {failed}"
+    assert not failed, f"{method}'s stream differs from EasyEdit's: {failed}"
     # a real stream: a later edit there is not the edit made alone
     alone = easyedit_delta(1, record["edits"][1], tensors)
     assert agreement(lm.model, theirs[1], alone)[0].norm_ratio != pytest.approx(

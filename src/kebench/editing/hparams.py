@@ -29,6 +29,7 @@ over the faithful values. A method with no overlay for the model runs faithful.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +185,30 @@ def scale_layers(layers: Sequence[int], n_reference: int, n_layers: int) -> list
     return sorted({place(layer) for layer in ordered})
 
 
+# A module path with its layer index: ``model.layers.11.mlp.gate_proj``.
+LAYER_IN_PATH = re.compile(r"^(?P<head>.*?\.)(?P<layer>\d+)(?P<tail>\..*)$")
+
+
+def scale_inner_params(
+    paths: Sequence[str], n_reference: int, n_layers: int
+) -> list[str]:
+    """EasyEdit's ``inner_params`` (module paths with their layers, UltraEdit's),
+    each kind of module's layers moved by the depth rule as one set of layers."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for path in paths:
+        match = LAYER_IN_PATH.match(path)
+        if match is None:
+            raise HparamsError(f"inner_params {path!r} names no layer index")
+        groups.setdefault((match["head"], match["tail"]), []).append(
+            int(match["layer"])
+        )
+    return [
+        f"{head}{layer}{tail}"
+        for (head, tail), layers in groups.items()
+        for layer in scale_layers(layers, n_reference, n_layers)
+    ]
+
+
 def derive_hparams(
     architecture: Architecture,
     family: Mapping[str, Any],
@@ -206,6 +231,12 @@ def derive_hparams(
         )
     if "v_loss_layer" in values:
         values["v_loss_layer"] = architecture.n_layers - 1
+    if "inner_params" in values and "layers" not in values:
+        values["inner_params"] = scale_inner_params(
+            values["inner_params"],
+            int(family["reference_layers"]),
+            architecture.n_layers,
+        )
     return values
 
 

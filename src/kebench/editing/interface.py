@@ -34,6 +34,12 @@ RUNTIME_KEYS = frozenset(
         "v_loss_layer",
         # AlphaEdit's file of its projector: kebench computes it from the statistics
         "P_loc",
+        # UltraEdit's: how EasyEdit loads its model, and its float16 switch
+        "model_class",
+        "tokenizer_class",
+        "tokenizer_name",
+        "half",
+        "silent",
     }
 )
 
