@@ -166,6 +166,9 @@ TEMPLATE_LENGTHS = [[10, 5]]
 EXTENSIONS_OFF = {"max_neurons": None, "v_stop_loss": None}
 # Fewer optimisation steps than the faithful files' 25: the same computation, cheaper
 # to run on both sides (and in CI); both get these values.
+# EasyEdit's UltraEdit takes exactly batch_size requests per call: one, as kebench's
+# single and sequential modes give it (--quality too).
+ONE_REQUEST = {"batch_size": 1, "batch_size_once": 1}
 STEP_OVERRIDES = {
     "ROME": {"v_num_grad_steps": 10},
     "R-ROME": {"v_num_grad_steps": 10},
@@ -174,13 +177,10 @@ STEP_OVERRIDES = {
     # and adapters at four layers, not all 30: the stored factors are 1 MB, not 8
     "LoRA": {"num_steps": 10, "layers": [4, 5, 6, 7]},
     "GRACE": {"n_iter": 10},
-    # EasyEdit's UltraEdit takes exactly batch_size requests per call: one, as
-    # kebench's single and sequential modes give it; and two of its eleven modules
-    # (one gate, one up projection, which share a normaliser): the stored factors
-    # are 0.9 MB, not 4.8
+    # two of UltraEdit's eleven modules (one gate, one up projection, which share a
+    # normaliser): the stored factors are 0.9 MB, not 4.8
     "UltraEdit": {
-        "batch_size": 1,
-        "batch_size_once": 1,
+        **ONE_REQUEST,
         "inner_params": [
             "model.layers.12.mlp.gate_proj",
             "model.layers.20.mlp.up_proj",
@@ -1512,7 +1512,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.model,
                 methods,
                 corpus,
-                {} if args.quality else STEP_OVERRIDES,
+                {"UltraEdit": ONE_REQUEST} if args.quality else STEP_OVERRIDES,
             ),
             stats_dir=Path(scratch) / "stats",
             probes=requests[args.edits : args.edits + N_PROBES] if args.quality else [],

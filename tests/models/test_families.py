@@ -9,6 +9,7 @@ the value optimisation of ROME and MEMIT equals the reference's loss computed pl
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -50,6 +51,7 @@ SHORT = {
     "KN": {"steps": 4, "batch_size": 4},
     "LoRA": {"num_steps": 3},
     "GRACE": {"n_iter": 3},
+    "UltraEdit": {"batch_size_once": 1},
 }
 SHORT["AlphaEdit"] = SHORT["MEMIT"]
 
@@ -89,7 +91,8 @@ def derived(lm: LoadedModel, method: str) -> dict:
     resolved = resolve_hparams(
         method, files, Architecture.of(lm.model.config), families
     )
-    assert resolved.reference is not None and "layers" in resolved.derived
+    assert resolved.reference is not None
+    assert {"layers", "inner_params"} & set(resolved.derived)
     return resolved.values
 
 
@@ -183,6 +186,41 @@ def test_grace_answers_through_its_codebook_and_comes_off_exactly(
     with torch.no_grad():
         again = lm.model(input_ids=prompt).logits[0, -1]
     assert not torch.equal(after, before) and torch.equal(again, before)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_ultraedit_edits_its_derived_modules_or_names_the_missing_one(
+    checkpoints, tmp_path_factory, model_type
+):
+    """UltraEdit's modules keep their reference's names at the family's depth: where
+    the family has them, the edit changes exactly them and reverts bit for bit;
+    where it names them otherwise (GPT-NeoX, OPT, Phi-3's fused gate_up_proj), the
+    error names the module, and the family needs its own file."""
+    lm = tiny(checkpoints, model_type)
+    entry = get_method("UltraEdit")
+    hparams = entry.hparams.from_dict(
+        {**derived(lm, "UltraEdit"), **SHORT["UltraEdit"]}
+    )
+    request = demo_requests()[0]
+    context = EditContext(stats_dir=tmp_path_factory.getbasetemp() / "family_stats")
+    present = dict(lm.model.named_modules())
+    missing = [name for name in hparams.modules if name not in present]
+    if missing:
+        with pytest.raises(ValueError, match=re.escape(repr(missing[0]))):
+            entry.compute(lm, [request], hparams, context)
+        return
+    base = {name: t.clone() for name, t in lm.model.state_dict().items()}
+    delta = entry.compute(lm, [request], hparams, context)
+    assert set(delta.params) == {f"{name}.weight" for name in hparams.modules}
+    applied = apply_delta(lm.model, delta)
+    changed = {
+        n for n, t in lm.model.state_dict().items() if not torch.equal(t, base[n])
+    }
+    revert_delta(lm.model, applied)
+    assert changed and changed <= set(delta.params)
+    for name, tensor in lm.model.state_dict().items():
+        assert torch.equal(tensor, base[name]), name
 
 
 def joint_text_logprob(lm: LoadedModel, prompt: str, answer: str) -> float:

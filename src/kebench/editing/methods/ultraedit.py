@@ -89,7 +89,9 @@ class UltraEditHyperParams(HyperParams):
 
 class RunningMoments:
     """EasyEdit's (MALMEN's) ``RunningMeanStd``, float32: a running mean and summed
-    variance of feature rows, and the standard deviation that normalises them."""
+    variance of feature rows, and the standard deviation that normalises them. A
+    chunk of one row (``token: ans`` on a one-token answer) adds no variance, where
+    EasyEdit's sum turns NaN."""
 
     def __init__(self, size: int, state: Mapping[str, torch.Tensor] | None = None):
         state = state or {
@@ -106,7 +108,9 @@ class RunningMoments:
         n = m["n"] + count
         shift = rows.mean(0) - m["mean"]
         m["mean"] = m["mean"] + count * shift / n
-        m["var"] = m["var"] + count * rows.var(0) + m["n"] * count * shift.pow(2) / n
+        # one row has no sample variance: EasyEdit's is NaN there, kebench's zero
+        spread = rows.var(0) if count > 1 else torch.zeros_like(shift)
+        m["var"] = m["var"] + count * spread + m["n"] * count * shift.pow(2) / n
         m["std"] = (m["var"] / (n - 1 + torch.finfo(rows.dtype).eps)).sqrt()
         m["n"] = n
 
