@@ -5,6 +5,7 @@ Usage: python benchmarks/editing.py [--dataset demo|mquake_t] [--n-edits 10]
                                     [--hparams-profile faithful|fast]
        python benchmarks/editing.py --compare-profiles [--dataset mquake_t]
                                     [--methods ROME+MEMIT] [--n-edits 20] [--keep DIR]
+                                    [--profiles faithful+fast]
 
 The first form prints one JSON object keyed by lowercase method name, each with:
     seconds_per_edit: mean wall time of one edit (after a warm-up edit, which pays the
@@ -20,9 +21,10 @@ data/06_models/stats, as a pipeline run would. KEBENCH_DATA_DIR locates mquake_t
 
 ``--compare-profiles`` runs the pipelines (kg_build to risk_unification once, then
 editing and evaluation per profile, ``--n-edits`` edits per risk) and prints, per method
-and profile, the seconds per edit and the headline's EditSucc, Consistency and Locality
-with their 95% CIs per risk, and per metric whether the fast profile's value lies within
-the faithful profile's CI. The outputs go under ``--keep`` (a rerun resumes the edits
+and profile, the seconds per edit, the mean delta bytes and the headline's EditSucc,
+Consistency and Locality with their 95% CIs per risk, and per metric whether the fast
+profile's value lies within the faithful profile's CI (when both run; ``--profiles
+faithful`` runs one, for a per-method table). The outputs go under ``--keep`` (a rerun resumes the edits
 already stored) or a scratch folder; the model and statistics are the project's.
 """
 
@@ -175,6 +177,7 @@ def profile_numbers(catalog, methods: list[str]) -> dict[str, dict]:
         done = manifest[(manifest["method"] == method) & (manifest["status"] == "ok")]
         found[method] = {
             "seconds_per_edit": round(float(done["wall_s"].mean()), 2),
+            "delta_bytes": round(float(done["tensor_bytes"].mean())),
             "n_edits": len(done),
             "risks": {
                 row["risk"]: {
@@ -222,7 +225,8 @@ def compare_profiles(args: argparse.Namespace) -> dict:
         for name in UPSTREAM:
             run_pipeline(name, params, root)
         numbers = {}
-        for profile in PROFILES:
+        profiles = args.profiles.split("+")
+        for profile in profiles:
             profiled = {**params, "hparams_profile": profile}
             run_pipeline("editing", profiled, root)
             catalog = run_pipeline("evaluation", profiled, root)
@@ -232,9 +236,15 @@ def compare_profiles(args: argparse.Namespace) -> dict:
         "n_edits_per_risk": args.n_edits,
         "methods": {
             method: {
-                **{profile: numbers[profile][method] for profile in PROFILES},
-                "fast_within_faithful_ci": within_ci(
-                    numbers["faithful"][method], numbers["fast"][method]
+                **{profile: numbers[profile][method] for profile in profiles},
+                **(
+                    {
+                        "fast_within_faithful_ci": within_ci(
+                            numbers["faithful"][method], numbers["fast"][method]
+                        )
+                    }
+                    if set(PROFILES) <= set(profiles)
+                    else {}
                 ),
             }
             for method in methods
@@ -249,6 +259,11 @@ def main() -> None:
     parser.add_argument("--hparams-profile", default="faithful", choices=PROFILES)
     parser.add_argument("--compare-profiles", action="store_true")
     parser.add_argument("--keep", type=Path, help="--compare-profiles: outputs here")
+    parser.add_argument(
+        "--profiles",
+        default="+".join(PROFILES),
+        help="--compare-profiles: the profiles to run, joined by + (one: its table)",
+    )
     args = parser.parse_args()
     print_result(compare_profiles if args.compare_profiles else run, args)
 
