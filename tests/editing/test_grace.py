@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -247,3 +248,17 @@ def all_applied(lm, deltas) -> contextlib.ExitStack:
     for delta in deltas:
         stack.enter_context(delta_applied(lm.model, delta))
     return stack
+
+
+@pytest.mark.model
+def test_a_warm_value_before_training_is_the_modules_own_output(lm, grace_setup):
+    """``val_init: warm`` starts the value at the module's output at the query
+    position: with no training step, the codebook replaces that output by itself,
+    and the edit prompt scores exactly as before."""
+    entry, hparams, context = grace_setup
+    request = demo_requests()[0]
+    warm = replace(hparams, val_init="warm", n_iter=0)
+    delta = entry.compute(lm, [request], warm, context)
+    before = scores(lm, [request.text], [request.target_new])
+    with delta_applied(lm.model, delta):
+        assert scores(lm, [request.text], [request.target_new]) == before
