@@ -128,7 +128,7 @@ def stable_id(*parts: object) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def place_query(  # noqa: PLR0913 - one codebook entry's fields
+def place_query(
     book: Codebook,
     query: torch.Tensor,
     value: torch.Tensor,
