@@ -64,7 +64,8 @@ def _curves(catalog, method: str) -> dict:
 
 
 def run(args) -> dict:
-    """Upstream once, then the stream; the curves of ``--method``."""
+    """Upstream once, then the stream; the curves of each method of ``--method``
+    (several joined by ``+``)."""
     params = {
         "dataset": args.dataset,
         "model": args.model,
@@ -87,8 +88,8 @@ def run(args) -> dict:
             catalog["params:lifelong"] = lifelong | {"checkpoints": checkpoints}
         run_in_catalog("lifelong", catalog)
         return {
-            args.method: _curves(catalog, args.method)
-            | {"profile": args.hparams_profile}
+            method: _curves(catalog, method) | {"profile": args.hparams_profile}
+            for method in args.method.split("+")
         }
 
 
