@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from kebench.editing.codebook import Codebook
 from kebench.editing.delta import (
     Delta,
     ParamDelta,
@@ -90,6 +91,65 @@ def test_other_safetensors_files_are_refused(tmp_path):
     save_file({"w": torch.zeros(2)}, tmp_path / "w.safetensors")
     with pytest.raises(ValueError, match="not a kebench delta"):
         load_delta(tmp_path / "w.safetensors")
+
+
+def codebook_delta(
+    keys: torch.Tensor, radii: tuple[float, float] = (1.0, 0.5)
+) -> Delta:
+    """A codebook of two entries at the second layer (input 4, output 3)."""
+    return Delta(
+        codebooks={
+            "1": Codebook(
+                ids=torch.tensor([5, 9]),
+                keys=keys,
+                values=torch.arange(6, dtype=torch.float32).reshape(2, 3),
+                radii=torch.tensor(radii),
+                labels=torch.tensor([1, 2]),
+            )
+        }
+    )
+
+
+def test_a_codebook_file_needs_a_reader_that_knows_codebooks(tmp_path):
+    """A file with a codebook says so in its format (a reader of format 1 alone would
+    apply it as no change); it reads back entry for entry, and a file whose entries
+    disagree is refused naming the file."""
+    delta = codebook_delta(torch.ones(2, 4))
+    save_delta(delta, tmp_path / "c.safetensors")
+    with safe_open(str(tmp_path / "c.safetensors"), framework="pt") as handle:
+        assert handle.metadata()["format"] == "kebench-delta/2"
+    loaded = load_delta(tmp_path / "c.safetensors")
+    for key, tensor in delta.codebooks["1"].tensors().items():
+        assert torch.equal(loaded.codebooks["1"].tensors()[key], tensor)
+    broken = codebook_delta(torch.ones(2, 4))
+    broken.codebooks["1"].keys = torch.ones(3, 4)  # three keys for two entries
+    save_delta(broken, tmp_path / "broken.safetensors")
+    with pytest.raises(ValueError, match=r"broken\.safetensors.*disagree in shape"):
+        load_delta(tmp_path / "broken.safetensors")
+
+
+def test_a_codebook_replaces_the_matching_rows_output_and_comes_off():
+    """Each row's query is its last token's input to layer 1. Row 0's is the first key
+    (distance 0, radius 1e-6): its output there becomes that entry's value (0, 1, 2).
+    Row 1's differs from it (random inputs) and lies about 200 from the second key
+    (every input shifted by 100, radius 0.5): it passes. No weight changes; after the
+    revert the outputs are the model's own."""
+    model = small_model()
+    inputs = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        query = model[0](inputs)[0, -1]
+        before = model(inputs)
+    delta = codebook_delta(torch.stack([query, query + 100]), radii=(1e-6, 0.5))
+    weights = [p.clone() for p in model.parameters()]
+    with delta_applied(model, delta), torch.no_grad():
+        after = model(inputs)
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights))
+    with torch.no_grad():
+        again = model(inputs)
+    assert after[0, -1].tolist() == [0.0, 1.0, 2.0]
+    assert torch.equal(after[0, :-1], before[0, :-1])
+    assert torch.equal(after[1], before[1])
+    assert torch.equal(again, before)
 
 
 def test_apply_changes_exactly_the_delta_and_revert_restores_bits():

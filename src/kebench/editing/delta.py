@@ -36,6 +36,9 @@ KINDS = {
     "dense": ("values",),
 }
 FORMAT = "kebench-delta/1"
+# A delta with codebooks: a reader that knows only /1 would apply it as no change, so it
+# refuses the file instead.
+FORMAT_CODEBOOKS = "kebench-delta/2"
 # The tensor-name prefix of a delta's state in its file (no parameter name starts so).
 STATE = "state:"
 # The tensor-name prefix of a codebook's entries in its file.
@@ -201,7 +204,7 @@ def save_delta(delta: Delta, path: str | Path) -> None:
         }
     )
     header = {
-        "format": FORMAT,
+        "format": FORMAT_CODEBOOKS if delta.codebooks else FORMAT,
         "params": json.dumps(
             {name: {"kind": c.kind, "dim": c.dim} for name, c in delta.params.items()}
         ),
@@ -218,7 +221,7 @@ def load_delta(path: str | Path) -> Delta:
     """Read a delta written by ``save_delta``."""
     with safe_open(str(path), framework="pt") as handle:
         header = handle.metadata() or {}
-        if header.get("format") != FORMAT:
+        if header.get("format") not in (FORMAT, FORMAT_CODEBOOKS):
             raise ValueError(
                 f"{path} is not a kebench delta (format {header.get('format')!r})"
             )
@@ -239,12 +242,15 @@ def load_delta(path: str | Path) -> Delta:
             key: handle.get_tensor(f"{STATE}/{key}")
             for key in json.loads(header.get("state", "[]"))
         }
-        codebooks = {
-            path: Codebook(
-                **{k: handle.get_tensor(f"{CODEBOOK}{path}/{k}") for k in FIELDS}
-            )
-            for path in json.loads(header.get("codebooks", "[]"))
-        }
+        try:
+            codebooks = {
+                module: Codebook(
+                    **{k: handle.get_tensor(f"{CODEBOOK}{module}/{k}") for k in FIELDS}
+                )
+                for module in json.loads(header.get("codebooks", "[]"))
+            }
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from err
     return Delta(
         params=params,
         prefix=header["prefix"],
