@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -10,8 +11,11 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.delta import Delta, apply_delta, revert_delta
 from kebench.editing.forward import get_module
+from kebench.editing.interface import EditContext
 from kebench.editing.requests import EditRequest, requests_from_frame
 from kebench.editing.rewrite import average_keys
+from kebench.editing.runner import EditJob, run_job
+from kebench.editing.store import DeltaStore
 from kebench.kg.edit_cases import (
     RawEditCases,
     RelationCatalog,
@@ -91,3 +95,22 @@ def tiny_gpt2(
     return LoadedModel(
         name="tiny-gpt2", model=model, tokenizer=lm.tokenizer, folder=lm.folder
     )
+
+
+def stream_deltas(
+    lm: LoadedModel,
+    requests: list[EditRequest],
+    job: EditJob,
+    folder: Path,
+    context: EditContext,
+) -> list[Delta]:
+    """A sequential job's deltas, each stored in ``folder`` as a run stores it, so that
+    a later call on the same folder resumes from the stored edits."""
+    store = DeltaStore(folder)
+    deltas = []
+    for outcome in run_job(
+        lm, requests, job, store=store, context=context, max_relative_norm=math.inf
+    ):
+        store.write(outcome)
+        deltas.append(outcome.delta)
+    return deltas

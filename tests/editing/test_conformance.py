@@ -49,10 +49,10 @@ from kebench.editing.delta import (
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
-from kebench.editing.runner import make_job, run_job
+from kebench.editing.runner import make_job
 from kebench.editing.stats import second_moments
-from kebench.editing.store import DeltaStore
 from kebench.scoring.logprobs import answer_text, score_answers
+from tests.editing.cases import stream_deltas
 
 DATA = Path(__file__).parent / "data" / "conformance"
 COSINE = 0.999
@@ -284,6 +284,19 @@ def stream_agreement(lm, ours: list[Delta], theirs: list[Delta], record) -> list
     return rows
 
 
+def both_streams(lm, method: str, context, folder) -> tuple[list[Delta], list[Delta]]:
+    """The reference edits as kebench's sequential mode makes them, and EasyEdit's
+    stored stream of them."""
+    record, tensors = stored(method)
+    job = make_job(method, kebench_hparams(record), "sequential", method)
+    ours = stream_deltas(lm, reference().requests, job, folder, context)
+    theirs = [
+        easyedit_delta(f"seq{index}", edit, tensors)
+        for index, edit in enumerate(record["sequential"])
+    ]
+    return ours, theirs
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("method", ["AlphaEdit", "UltraEdit"])
 def test_stream_matches_easyedits(lm, context, tmp_path, method):
@@ -292,22 +305,7 @@ def test_stream_matches_easyedits(lm, context, tmp_path, method):
     between the edits), UltraEdit going on with the earlier edits' normaliser
     (EasyEdit's executor kept initialised)."""
     record, tensors = stored(method)
-    job = make_job(method, kebench_hparams(record), "sequential", method)
-    ours = [
-        outcome.delta
-        for outcome in run_job(
-            lm,
-            reference().requests,
-            job,
-            store=DeltaStore(tmp_path),
-            context=context,
-            max_relative_norm=math.inf,
-        )
-    ]
-    theirs = [
-        easyedit_delta(f"seq{index}", edit, tensors)
-        for index, edit in enumerate(record["sequential"])
-    ]
+    ours, theirs = both_streams(lm, method, context, tmp_path)
     rows = stream_agreement(lm, ours, theirs, record["sequential"])
     failed = disagreeing(rows, LOGPROB_EQUAL)
     assert not failed, f"{method}'s stream differs from EasyEdit's: {failed}"
@@ -350,22 +348,7 @@ def test_grace_matches_easyedits_codebooks(lm, context, tmp_path):
                 "logprob_diff": logprob_after(lm, ours, request) - edit["logprob_new"],
             }
         )
-    job = make_job("GRACE", kebench_hparams(record), "sequential", "GRACE")
-    stream = [
-        outcome.delta
-        for outcome in run_job(
-            lm,
-            requests,
-            job,
-            store=DeltaStore(tmp_path),
-            context=context,
-            max_relative_norm=math.inf,
-        )
-    ]
-    theirs = [
-        easyedit_delta(f"seq{index}", edit, tensors)
-        for index, edit in enumerate(record["sequential"])
-    ]
+    stream, theirs = both_streams(lm, "GRACE", context, tmp_path)
     streamed = stream_agreement(lm, stream, theirs, record["sequential"])
     for row, ours, easyedit in zip(streamed, stream, theirs, strict=True):
         row["radius_gap"] = radius_gap(ours, easyedit)

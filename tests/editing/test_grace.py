@@ -22,11 +22,9 @@ from kebench.editing.delta import (
 from kebench.editing.interface import EditContext, HparamsError
 from kebench.editing.methods.grace import GRACEHyperParams, place_query
 from kebench.editing.registry import get_method
-from kebench.editing.requests import EditRequest
-from kebench.editing.runner import make_job, run_job
-from kebench.editing.store import DeltaStore
+from kebench.editing.runner import make_job
 from kebench.scoring.logprobs import score_answers
-from tests.editing.cases import demo_requests, project_hparams
+from tests.editing.cases import demo_requests, project_hparams, stream_deltas
 
 # the faithful file's settings, fewer steps: these tests check what a codebook does
 CHEAP = {"n_iter": 20}
@@ -211,20 +209,7 @@ def test_a_stream_keeps_each_edit_and_resumes_from_files(lm, grace_setup, tmp_pa
     values = {**project_hparams("faithful")["GRACE"], **CHEAP}
     job = make_job("GRACE", values, "sequential", "GRACE")
 
-    def stream(edits: list[EditRequest], folder) -> list:
-        return list(
-            run_job(
-                lm,
-                edits,
-                job,
-                store=DeltaStore(folder),
-                context=context,
-                max_relative_norm=math.inf,
-            )
-        )
-
-    outcomes = stream(requests, tmp_path / "whole")
-    deltas = [o.delta for o in outcomes]
+    deltas = stream_deltas(lm, requests, job, tmp_path / "whole", context)
     assert [len(next(iter(d.codebooks.values()))) for d in deltas] == [1, 1, 1]
     assert [d.meta["entries"] for d in deltas] == ["1", "2", "3"]
     with all_applied(lm, deltas):
@@ -235,12 +220,11 @@ def test_a_stream_keeps_each_edit_and_resumes_from_files(lm, grace_setup, tmp_pa
             [r.target_new for r in requests],
         )
     assert all(s.argmax_ids == s.answer_ids for s in found)
-    stream(requests[:2], tmp_path / "resumed")
-    resumed = stream(requests, tmp_path / "resumed")
+    stream_deltas(lm, requests[:2], job, tmp_path / "resumed", context)
+    # the rerun replays the two stored edits and makes only the third
+    (third,) = stream_deltas(lm, requests, job, tmp_path / "resumed", context)
     (path,) = deltas[2].codebooks
-    assert torch.equal(
-        resumed[2].delta.codebooks[path].values, deltas[2].codebooks[path].values
-    )
+    assert torch.equal(third.codebooks[path].values, deltas[2].codebooks[path].values)
 
 
 def all_applied(lm, deltas) -> contextlib.ExitStack:

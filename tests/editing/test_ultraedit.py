@@ -13,9 +13,8 @@ from kebench.editing.hparams import scale_inner_params
 from kebench.editing.interface import EditContext
 from kebench.editing.methods.ultraedit import RunningMoments
 from kebench.editing.registry import get_method
-from kebench.editing.runner import make_job, run_job
-from kebench.editing.store import DeltaStore
-from tests.editing.cases import demo_requests, project_hparams
+from kebench.editing.runner import make_job
+from tests.editing.cases import demo_requests, project_hparams, stream_deltas
 
 # two of the file's modules, one of each kind (they share a normaliser)
 CHEAP = {
@@ -102,26 +101,15 @@ def test_a_stream_carries_its_normaliser_and_resumes_from_files(
 
     def stream(edits, folder, **changes) -> list:
         job = make_job("UltraEdit", {**values, **changes}, "sequential", "UltraEdit")
-        return [
-            outcome.delta
-            for outcome in run_job(
-                lm,
-                edits,
-                job,
-                store=DeltaStore(folder),
-                context=context,
-                max_relative_norm=math.inf,
-            )
-        ]
+        return stream_deltas(lm, edits, job, folder, context)
 
     whole = stream(requests, tmp_path / "whole")
     stream(requests[:2], tmp_path / "resumed")
-    resumed = stream(requests, tmp_path / "resumed")
+    # the rerun replays the two stored edits and makes only the third
+    (third,) = stream(requests, tmp_path / "resumed")
     fresh = stream(requests, tmp_path / "fresh", carry_normaliser=False)
     for name, change in whole[2].params.items():
-        assert torch.equal(
-            change.tensors["left"], resumed[2].params[name].tensors["left"]
-        )
+        assert torch.equal(change.tensors["left"], third.params[name].tensors["left"])
         assert not torch.allclose(
             change.tensors["left"], fresh[2].params[name].tensors["left"]
         )
