@@ -116,7 +116,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from safetensors.torch import load_file, save_file
 
     from kebench.datasets.atomic import atomic_path
-    from kebench.editing.codebook import Codebook, module_dims
+    from kebench.editing.codebook import Codebook
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import (
         CODEBOOK,
@@ -130,6 +130,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.hparams import Architecture, resolve_hparams
     from kebench.editing.interface import EditContext
     from kebench.editing.methods.ike import demonstrating_edits
+    from kebench.editing.module_hooks import module_dims
     from kebench.editing.quality import measure_edits
     from kebench.editing.registry import get_method
     from kebench.editing.requests import EditRequest, requests_from_frame

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kebench.editing.codebook import Codebook, query_rows
+from kebench.editing.codebook import Codebook
 from kebench.editing.delta import (
     apply_delta,
     delta_applied,
@@ -21,6 +21,7 @@ from kebench.editing.delta import (
 )
 from kebench.editing.interface import EditContext, HparamsError
 from kebench.editing.methods.grace import GRACEHyperParams, place_query
+from kebench.editing.module_hooks import query_rows
 from kebench.editing.registry import get_method
 from kebench.editing.runner import make_job
 from kebench.scoring.logprobs import score_answers

@@ -28,7 +28,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from kebench.datasets.atomic import atomic_path
-from kebench.editing.codebook import FIELDS, Codebook, attach, detach, module_dims
+from kebench.editing.codebook import FIELDS, Codebook
+from kebench.editing.module_hooks import attach, detach, module_dims
 
 KINDS = {
     "low_rank": ("left", "right"),

@@ -41,12 +41,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from kebench.editing import codebook
-from kebench.editing.codebook import Codebook, by_token, module_dims
+from kebench.editing import module_hooks
+from kebench.editing.codebook import Codebook
 from kebench.editing.delta import Delta
 from kebench.editing.forward import get_module
 from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.methods.lora import IGNORED, left_padding, target_labels
+from kebench.editing.module_hooks import by_token, module_dims
 from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
@@ -246,7 +247,7 @@ def grace(
     (request,) = requests
     path = hparams.module_path
     module = get_module(lm.model, path)
-    current = codebook.active(lm.model, path)
+    current = module_hooks.active(lm.model, path)
     current = Codebook.empty(*module_dims(module)) if current is None else current
     current = current.to(torch.device("cpu"))
     with left_padding(lm.tokenizer):
@@ -260,7 +261,7 @@ def grace(
         stable_id(labels[labels != IGNORED].tolist()),
     )
     cuda = [lm.device.index or 0] if lm.device.type == "cuda" else []
-    with codebook.suspended(lm.model), torch.random.fork_rng(devices=cuda):
+    with module_hooks.suspended(lm.model), torch.random.fork_rng(devices=cuda):
         torch.manual_seed(context.seed)
         query, output = module_at(lm, module, tokens)
         start = (

@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from kebench.editing.codebook import by_token
 from kebench.editing.delta import Delta
 from kebench.editing.forward import get_module, outer_change
 from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.methods.lora import IGNORED, left_padding
+from kebench.editing.module_hooks import by_token
 from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
