@@ -120,6 +120,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import (
         CODEBOOK,
+        SIDE_MEMORY,
         Agreement,
         Delta,
         ParamDelta,
@@ -130,12 +131,18 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.hparams import Architecture, resolve_hparams
     from kebench.editing.interface import EditContext
     from kebench.editing.methods.ike import demonstrating_edits
+    from kebench.editing.methods.wise import (
+        activation_name,
+        out_of_scope_prompt,
+    )
+    from kebench.editing.methods.wise import context_templates as wise_templates
     from kebench.editing.module_hooks import module_dims
     from kebench.editing.quality import measure_edits
     from kebench.editing.registry import get_method
     from kebench.editing.requests import EditRequest, requests_from_frame
     from kebench.editing.rewrite import context_templates, flatten
     from kebench.editing.runner import make_job, run_job
+    from kebench.editing.sidememory import CURRENT, SideMemory
     from kebench.editing.stats import sample_texts, second_moments
     from kebench.editing.store import DeltaStore
     from kebench.models.loading import LoadedModel
@@ -145,7 +152,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
 logger = logging.getLogger("benchmarks.conformance")
 
-METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+GRACE+UltraEdit+FT-L+FT-M+KN+IKE"
+METHODS = "ROME+R-ROME+MEMIT+AlphaEdit+LoRA+GRACE+UltraEdit+WISE+FT-L+FT-M+KN+IKE"
 SPEED_METHODS = ("ROME", "MEMIT")
 DATA = PROJECT_ROOT / "tests" / "editing" / "data" / "conformance"
 TEMPLATES = "templates.json"
@@ -178,6 +185,7 @@ STEP_OVERRIDES = {
     # and adapters at four layers, not all 30: the stored factors are 1 MB, not 8
     "LoRA": {"num_steps": 10, "layers": [4, 5, 6, 7]},
     "GRACE": {"n_iter": 10},
+    "WISE": {"n_iter": 10},
     # two of UltraEdit's eleven modules (one gate, one up projection, which share a
     # normaliser): the stored factors are 0.9 MB, not 4.8
     "UltraEdit": {
@@ -205,6 +213,9 @@ class MethodSpec:
     padding_side: str
     run: Callable[..., Delta] | None
     stream: Callable[..., list[Delta]] | None = None
+    # False: both sides make their own context templates (WISE's are greedy, no
+    # sampler in between), compared instead of shared
+    shared_templates: bool = True
 
 
 # --- EasyEdit, imported without its package __init__ files -------------------------
@@ -269,6 +280,8 @@ def import_easyedit(root: Path) -> types.SimpleNamespace:
         lora=load("models.lora.lora_main"),
         grace=load("models.grace.grace_main"),
         ultraedit=load("models.ultraedit.ultraedit_main"),
+        wise=load("models.wise.wise_main"),
+        wise_utils=load("models.wise.utils"),
         kn=load("models.kn.kn_main"),
         ike=load("models.ike.ike_hparams"),
         ike_facts=load("models.ike.util"),
@@ -623,6 +636,62 @@ def run_ultraedit(ee, lm, request, hparams, inputs: Inputs) -> Delta:
     return stream_ultraedit(ee, lm, [request], hparams, inputs)[0]
 
 
+def easyedit_side_memory(lm: LoadedModel, path: str, hparams) -> SideMemory:
+    """The shard of EasyEdit's WISE adapter at ``path`` (the one being trained: its
+    saved shards start after ``save_freq`` edits), with its threshold."""
+    adapter = lm.model.get_submodule(path)
+    threshold = adapter.editing_mean_act.min_act() * hparams.act_ratio
+    return SideMemory(
+        ids=torch.tensor([0]),
+        weights=adapter.new_weight.detach().clone().float().cpu()[None],
+        thresholds=torch.tensor([threshold], dtype=torch.float32),
+        roles=torch.tensor([CURRENT]),
+        activation=activation_name(lm.model),
+    )
+
+
+def stream_wise(ee, lm, requests, hparams, inputs: Inputs) -> list[Delta]:
+    """EasyEdit's WISE on a stream (``sequential_edit``: one adapter), its mask drawn
+    as kebench draws a stream's first shard's; each edit with kebench's out-of-scope
+    sentence, and each delta its shard with the log-prob its own adapter gives the
+    edit's target (``meta``). The model's module is put back after."""
+    path = grace_module(hparams)
+    parent, name = path.rsplit(".", 1)
+    module = lm.model.get_submodule(path)
+    ours = get_method("WISE").hparams.from_dict(inputs.kebench["WISE"], "WISE")
+    context = inputs.context()
+    hparams.sequential_edit = len(requests) > 1
+    np.random.seed([SEED, 0])
+    stream = []
+    try:
+        for given in requests:
+            edit = next(r for r in inputs.requests if r.case_id == given["case_id"])
+            request = {
+                **given,
+                "loc_prompt": out_of_scope_prompt(edit, ours, context),
+            }
+            ee.wise.apply_wise_to_model(lm.model, lm.tokenizer, [request], hparams)
+            stream.append(
+                Delta(
+                    side_memories={path: easyedit_side_memory(lm, path, hparams)},
+                    meta={"logprob": own_logprob(lm, request)},
+                )
+            )
+    finally:
+        setattr(lm.model.get_submodule(parent), name, module)
+    return stream
+
+
+def run_wise(ee, lm, request, hparams, inputs: Inputs) -> Delta:
+    """EasyEdit's WISE on one edit, from a new adapter."""
+    return stream_wise(ee, lm, [request], hparams, inputs)[0]
+
+
+def easyedit_wise_templates(ee) -> list[str] | None:
+    """The context templates EasyEdit's WISE made and kept (None: none yet)."""
+    return ee.wise_utils.CONTEXT_TEMPLATES_CACHE
+
+
 def run_ft(ee, lm, request, hparams, _inputs: Inputs) -> Delta:
     """EasyEdit's FT: the whole change of each trained weight."""
     deltas = ee.ft.execute_ft(lm.model, lm.tokenizer, [request], hparams)
@@ -694,6 +763,14 @@ METHOD_SPECS = {
         run_ultraedit,
         stream_ultraedit,
     ),
+    "WISE": MethodSpec(
+        "WISE",
+        ("wise", "WISEHyperParams"),
+        "left",
+        run_wise,
+        stream_wise,
+        shared_templates=False,
+    ),
     "FT-L": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "FT-M": MethodSpec("FT", ("ft", "FTHyperParams"), "left", run_ft),
     "KN": MethodSpec("KN", ("kn", "KNHyperParams"), "left", run_kn),
@@ -722,14 +799,16 @@ class Inputs:
     def corpus(self) -> Path:
         return self.folder / CORPUS
 
-    def context(self, cache: dict | None = None) -> EditContext:
+    def context(
+        self, cache: dict | None = None, shared_templates: bool = True
+    ) -> EditContext:
         return EditContext(
             stats_dir=self.stats_dir,
             pool=self.pool,
             seed=SEED,
             paraphrases=self.paraphrases,
             cache={} if cache is None else cache,
-            context_templates=self.templates,
+            context_templates=self.templates if shared_templates else None,
         )
 
 
@@ -846,16 +925,20 @@ def easyedit_hparams(
         )
     if method == "IKE":
         chosen["sentence_model_name"] = "none (offline: see the IKE note)"
-    if method in {"GRACE", "UltraEdit"}:
+    if method in {"GRACE", "UltraEdit", "WISE"}:
         # the keys EasyEdit reads and never uses, which kebench's files leave out,
         # take kebench's defaults
         ours = get_method(method).hparams.from_dict(values, method)
         for key in names - set(chosen):
             if hasattr(ours, key):
                 chosen[key] = getattr(ours, key)
-    if method == "GRACE":
+    if method == "WISE":
+        chosen.update(
+            zip(("alpha", "beta", "gamma"), values["act_margin"], strict=True)
+        )
+    if method in {"GRACE", "WISE"}:
         # kebench's files name the module by layer and template; EasyEdit's GRACE
-        # evaluates its path as Python, the layer in brackets
+        # and WISE evaluate the path as Python, the layer in brackets
         template = ours.rewrite_module_tmp.replace(".{}", "[{}]")
         chosen["inner_params"] = [f"{template.format(ours.layers[0])}.weight"]
     if method == "UltraEdit":
@@ -1071,7 +1154,7 @@ class Harness:
     def kebench_edit(self, method: str, request: EditRequest) -> Delta:
         entry = get_method(method)
         hparams = entry.hparams.from_dict(self.inputs.kebench[method], method)
-        context = self.inputs.context(self.cache)
+        context = self.inputs.context(self.cache, METHOD_SPECS[method].shared_templates)
         return entry.compute(self.lm, [request], hparams, context)
 
     def kebench_edits(self, method: str, requests: list[EditRequest]) -> list[Delta]:
@@ -1102,7 +1185,9 @@ class Harness:
                 self.inputs.requests,
                 job,
                 store=DeltaStore(scratch),
-                context=self.inputs.context(self.cache),
+                context=self.inputs.context(
+                    self.cache, METHOD_SPECS[method].shared_templates
+                ),
                 max_relative_norm=math.inf,
             )
             return [outcome.delta for outcome in outcomes]
@@ -1135,6 +1220,16 @@ class Harness:
         )
         theirs, their_seconds = timed(lambda: self.easyedit_edit(method, request))
         return EditPair(request, ours, theirs, seconds, their_seconds)
+
+    def templates_of(self, method: str) -> dict[str, Any]:
+        """The context templates each side made for ``method`` and whether they are
+        the same, where each makes its own (WISE's); else nothing."""
+        if METHOD_SPECS[method].shared_templates or unavailable(method):
+            return {}
+        ours = wise_templates(self.lm, self.inputs.context(self.cache, False))
+        theirs = easyedit_wise_templates(self.ee)
+        found = {"kebench": ours, "easyedit": theirs, "equal": ours == theirs}
+        return {"context_templates": found}
 
     def ike_text(self, request: EditRequest) -> tuple[str, list[str]]:
         hparams, _ = self.easyedit_params("IKE")
@@ -1234,6 +1329,8 @@ def compare_method(harness: Harness, method: str, store: Store | None) -> dict:
             result["sequential"] = harness.stream_rows(
                 harness.kebench_stream(method), stream
             )
+    # after EasyEdit's edits: it makes its templates on its first
+    result.update(harness.templates_of(method))
     if store is not None:
         store.method(harness, method, pairs, rows, ee_values, stream)
     if why:
@@ -1367,6 +1464,24 @@ class Store:
             else:
                 for key, tensor in change.tensors.items():
                     tensors[f"{index}/{name}/{key}"] = tensor
+        memories = {}
+        for path, memory in sorted(delta.side_memories.items()):
+            weight = lm.model.get_submodule(path).weight.detach().double().cpu()
+            memories[path] = {
+                "ids": memory.ids.tolist(),
+                "roles": memory.roles.tolist(),
+                "thresholds": memory.thresholds.tolist(),
+                "norms": [],
+            }
+            for row, shard in enumerate(memory.weights):
+                change = shard.double() - weight
+                total += float(change.pow(2).sum())
+                memories[path]["norms"].append(float(change.norm()))
+                name = f"{index}/{SIDE_MEMORY}{path}/{row}"
+                left = self.sketch(change.shape[0]).double()
+                right = self.sketch(change.shape[1]).double()
+                tensors[f"{name}/right_sketch"] = (change @ right).float()
+                tensors[f"{name}/left_sketch"] = (left.T @ change).float()
         books = {}
         for path, book in sorted(delta.codebooks.items()):
             books[path] = {"entries": len(book)}
@@ -1375,7 +1490,11 @@ class Store:
             for key, tensor in book.tensors().items():
                 tensors[f"{index}/{CODEBOOK}{path}/{key}"] = tensor
         found = {"params": layout, "norm": math.sqrt(total)}
-        return ({**found, "codebooks": books} if books else found), tensors
+        if books:
+            found["codebooks"] = books
+        if memories:
+            found["side_memories"] = memories
+        return found, tensors
 
     def method(  # noqa: PLR0913, PLR0917 - one method's outputs
         self, harness: Harness, method: str, pairs, rows, ee_values, stream
@@ -1391,6 +1510,8 @@ class Store:
             "hparams_easyedit": _json_ready(ee_values, self.folder),
             "edits": [],
         }
+        if not spec.shared_templates:
+            record["context_templates"] = easyedit_wise_templates(harness.ee)
         tensors: dict[str, torch.Tensor] = {}
         if method == "IKE":
             record["edits"] = [

@@ -13,6 +13,10 @@ method on the same inputs and checks the issue's targets:
     GRACE: the codebook entries (keys and values) at cosine >= 0.999, the norm ratio
         within 1%, equal radii, and the log-prob within 1e-3 of the one EasyEdit's own
         adapter gave, alone and over the stream of the three edits;
+    WISE: kebench's own context templates equal EasyEdit's, and each shard's change
+        of the weight equals EasyEdit's to float tolerance (stored sketches and norm),
+        with its threshold, alone and over the stream of the three edits; the log-prob
+        within 1e-3 of the one EasyEdit's own adapter gave;
     KN, FT-L, FT-M: equal to float tolerance (KN: the same neurons and columns; FT:
         the stored Gaussian sketches ΔW·G and Gᵀ·ΔW and the norm, which a different
         ΔW matches only by chance);
@@ -29,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,12 +45,14 @@ from safetensors.torch import load_file
 from kebench.editing.codebook import FIELDS, Codebook
 from kebench.editing.delta import (
     CODEBOOK,
+    SIDE_MEMORY,
     Delta,
     ParamDelta,
     agreement,
     delta_applied,
 )
 from kebench.editing.interface import EditContext
+from kebench.editing.methods.wise import context_templates
 from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
 from kebench.editing.runner import make_job
@@ -168,6 +174,17 @@ def logprob_after(lm, delta: Delta, request: EditRequest) -> float:
     return score.logprob
 
 
+def logprob_after_all(lm, deltas: list[Delta], request: EditRequest) -> float:
+    """log P(target_new | prompt) with a stream's ``deltas`` applied, in order."""
+    with contextlib.ExitStack() as applied:
+        for delta in deltas:
+            applied.enter_context(delta_applied(lm.model, delta))
+        (score,) = score_answers(
+            lm.model, lm.tokenizer, [request.text], [request.target_new]
+        )
+    return score.logprob
+
+
 def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return float((ours.double() - theirs.double()).norm() / theirs.double().norm())
 
@@ -267,18 +284,13 @@ def stream_agreement(lm, ours: list[Delta], theirs: list[Delta], record) -> list
         zip(reference().requests, record, strict=True), start=1
     ):
         total, _ = agreement(lm.model, ours[done - 1], theirs[done - 1])
-        with contextlib.ExitStack() as applied:
-            for delta in ours[:done]:
-                applied.enter_context(delta_applied(lm.model, delta))
-            (score,) = score_answers(
-                lm.model, lm.tokenizer, [request.text], [request.target_new]
-            )
         rows.append(
             {
                 "case_id": request.case_id,
                 "cosine": total.cosine,
                 "norm_ratio": total.norm_ratio,
-                "logprob_diff": score.logprob - edit["logprob_new"],
+                "logprob_diff": logprob_after_all(lm, ours[:done], request)
+                - edit["logprob_new"],
             }
         )
     return rows
@@ -357,6 +369,83 @@ def test_grace_matches_easyedits_codebooks(lm, context, tmp_path):
         r for r in rows if r["radius_gap"] > RADIUS_ATOL
     ]
     assert not failed, f"GRACE differs from EasyEdit's: {failed}"
+
+
+def side_memory_gaps(lm, ours: Delta, edit: dict, index: str, tensors) -> dict:
+    """How far kebench's side memory is from EasyEdit's stored one: each shard's
+    change of the weight against the stored sketches and norm (relative errors), and
+    the thresholds (relative); inf where the shards differ in id or role."""
+    sketches = load_file(DATA / "sketch.safetensors")
+    ((path, stored_side),) = edit["side_memories"].items()
+    side = ours.side_memories[path]
+    if (side.ids.tolist(), side.roles.tolist()) != (
+        stored_side["ids"],
+        stored_side["roles"],
+    ):
+        return {"shards": math.inf}
+    weight = lm.model.get_submodule(path).weight.detach().double().cpu()
+    gaps = []
+    for row, shard in enumerate(side.weights):
+        change = shard.double() - weight
+        name = f"{index}/{SIDE_MEMORY}{path}/{row}"
+        left = sketches[f"g{change.shape[0]}"].double()
+        right = sketches[f"g{change.shape[1]}"].double()
+        gaps += [
+            relative_error(change @ right, tensors[f"{name}/right_sketch"]),
+            relative_error(left.T @ change, tensors[f"{name}/left_sketch"]),
+            abs(float(change.norm()) / stored_side["norms"][row] - 1),
+        ]
+    thresholds = torch.tensor(stored_side["thresholds"])
+    return {
+        "shards": max(gaps),
+        "thresholds": relative_error(side.thresholds, thresholds),
+    }
+
+
+@pytest.mark.model
+def test_wise_matches_easyedits_side_memory(lm, context, tmp_path):
+    """Each edit alone (a fresh shard) and the three as a stream, each going on with
+    the shard the ones before trained: the context templates kebench makes are the
+    ones EasyEdit made; each shard's change of the weight equals EasyEdit's (its
+    stored sketches and norm, to float tolerance) with the same threshold; and the
+    post-edit log-prob is within 1e-3 of the one EasyEdit's own adapter gave."""
+    record, tensors = stored("WISE")
+    own = replace(context, context_templates=None, cache={})
+    assert context_templates(lm, own) == record["context_templates"]
+    rows = []
+    for index, (request, edit) in enumerate(
+        zip(reference().requests, record["edits"], strict=True)
+    ):
+        ours = kebench_edit(lm, "WISE", request, own)
+        rows.append(
+            {
+                "case_id": request.case_id,
+                **side_memory_gaps(lm, ours, edit, str(index), tensors),
+                "logprob_diff": logprob_after(lm, ours, request) - edit["logprob_new"],
+            }
+        )
+    job = make_job("WISE", kebench_hparams(record), "sequential", "WISE")
+    stream = stream_deltas(lm, reference().requests, job, tmp_path, own)
+    for done, (request, edit) in enumerate(
+        zip(reference().requests, record["sequential"], strict=True), start=1
+    ):
+        rows.append(
+            {
+                "case_id": f"stream {request.case_id}",
+                **side_memory_gaps(
+                    lm, stream[done - 1], edit, f"seq{done - 1}", tensors
+                ),
+                "logprob_diff": logprob_after_all(lm, stream[:done], request)
+                - edit["logprob_new"],
+            }
+        )
+    failed = [
+        r
+        for r in rows
+        if max(r["shards"], r.get("thresholds", 0)) > FLOAT_RTOL
+        or abs(r["logprob_diff"]) > LOGPROB_EQUAL
+    ]
+    assert not failed, f"WISE differs from EasyEdit's: {failed}"
 
 
 @pytest.mark.model

@@ -19,6 +19,7 @@ from kebench.editing.delta import (
     revert_delta,
     save_delta,
 )
+from kebench.editing.sidememory import CURRENT, SideMemory
 
 
 def small_model() -> torch.nn.Module:
@@ -126,6 +127,60 @@ def test_a_codebook_file_needs_a_reader_that_knows_codebooks(tmp_path):
     save_delta(broken, tmp_path / "broken.safetensors")
     with pytest.raises(ValueError, match=r"broken\.safetensors.*disagree in shape"):
         load_delta(tmp_path / "broken.safetensors")
+
+
+def shifted_copy(model: torch.nn.Module, activation: str) -> SideMemory:
+    """One shard at the second layer: its weight + 1, threshold 0.5."""
+    return SideMemory(
+        ids=torch.tensor([4]),
+        weights=(model[1].weight.detach() + 1)[None],
+        thresholds=torch.tensor([0.5]),
+        roles=torch.tensor([CURRENT]),
+        activation=activation,
+    )
+
+
+def test_a_side_memory_file_is_format_3_and_reads_back(tmp_path):
+    """A file with a side memory says so in its format (a reader of format 2 would
+    apply it as no change); it reads back shard for shard with its activation; a
+    shard of another shape is refused naming the module; a file with an unknown role
+    is refused naming the file."""
+    model = small_model()
+    side = shifted_copy(model, "gelu")
+    save_delta(Delta(side_memories={"1": side}), tmp_path / "s.safetensors")
+    with safe_open(str(tmp_path / "s.safetensors"), framework="pt") as handle:
+        assert handle.metadata()["format"] == "kebench-delta/3"
+    loaded = load_delta(tmp_path / "s.safetensors").side_memories["1"]
+    assert loaded.activation == "gelu"
+    for key, tensor in side.tensors().items():
+        assert torch.equal(loaded.tensors()[key], tensor)
+    wrong = Delta(side_memories={"0": side})  # layer 0's weight is (4, 6), not (3, 4)
+    with pytest.raises(ValueError, match=r"do not fit 0"):
+        apply_delta(model, wrong)
+    side.roles = torch.tensor([7])
+    save_delta(Delta(side_memories={"1": side}), tmp_path / "bad.safetensors")
+    with pytest.raises(ValueError, match=r"bad\.safetensors.*roles"):
+        load_delta(tmp_path / "bad.safetensors")
+
+
+def test_a_side_memory_answers_through_hooks_and_comes_off():
+    """At a Linear(4, 3) with the identity activation, a shard of weight W + 1 with
+    threshold 0.5 claims a row whose input sums past 0.5/√3 per token (its output moves
+    by that sum in each of 3 outputs), and the module's own output comes back after."""
+    model = small_model()
+    weight = model[1].weight.detach()
+    side = shifted_copy(model, "linear")
+    x = torch.tensor([[0.0] * 6, [10.0] * 6])
+    before = model(x)
+    hidden = model[0](x)
+    claimed = hidden.sum(dim=-1).abs() * math.sqrt(3) >= 0.5
+    with delta_applied(model, Delta(side_memories={"1": side})):
+        after = model(x)
+    expected = torch.where(
+        claimed[:, None], hidden @ (weight + 1).T + model[1].bias, before
+    )
+    assert torch.allclose(after, expected, atol=1e-5)
+    assert torch.equal(model(x), before)
 
 
 def test_a_codebook_replaces_the_matching_rows_output_and_comes_off():

@@ -51,6 +51,7 @@ SHORT = {
     "KN": {"steps": 4, "batch_size": 4},
     "LoRA": {"num_steps": 3},
     "GRACE": {"n_iter": 3},
+    "WISE": {"n_iter": 3},
     "UltraEdit": {"batch_size_once": 1},
 }
 SHORT["AlphaEdit"] = SHORT["MEMIT"]
@@ -161,22 +162,28 @@ def test_every_weight_method_edits_and_reverts_bit_exactly(
 
 @pytest.mark.model
 @pytest.mark.parametrize("model_type", FAMILIES)
-def test_grace_answers_through_its_codebook_and_comes_off_exactly(
-    checkpoints, tmp_path_factory, model_type
+@pytest.mark.parametrize("method", ["GRACE", "WISE"])
+def test_hooked_methods_answer_through_their_hooks_and_come_off_exactly(
+    checkpoints, tmp_path_factory, model_type, method
 ):
-    """GRACE on the family's derived module: the prompt's next-token logits move while
-    its codebook is applied, no weight does, and they come back bit for bit."""
+    """GRACE and WISE on the family's derived module: the prompt's next-token logits
+    move while the codebook or side memory is applied, no weight does, and they come
+    back bit for bit."""
     lm = tiny(checkpoints, model_type)
-    entry = get_method("GRACE")
-    hparams = entry.hparams.from_dict({**derived(lm, "GRACE"), **SHORT["GRACE"]})
+    entry = get_method(method)
+    hparams = entry.hparams.from_dict({**derived(lm, method), **SHORT[method]})
     request = demo_requests()[0]
-    context = EditContext(stats_dir=tmp_path_factory.getbasetemp() / "family_stats")
+    context = EditContext(
+        stats_dir=tmp_path_factory.getbasetemp() / "family_stats",
+        pool=demo_requests()[:20],
+    )
     base = {name: t.clone() for name, t in lm.model.state_dict().items()}
     prompt = lm.tokenizer(request.text, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         before = lm.model(input_ids=prompt).logits[0, -1]
     delta = entry.compute(lm, [request], hparams, context)
-    assert not delta.params and delta.codebooks and delta.is_finite()
+    assert not delta.params and (delta.codebooks or delta.side_memories)
+    assert delta.is_finite()
     applied = apply_delta(lm.model, delta)
     with torch.no_grad():
         after = lm.model(input_ids=prompt).logits[0, -1]

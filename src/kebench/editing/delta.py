@@ -5,8 +5,9 @@ A delta maps parameter names to changes of one of three kinds:
         MEMIT: rank = number of edits per layer);
     index: ``W.index_add_(dim, index, values)`` (KN: a few neurons' slices);
     dense: ``W += values`` (FT: the whole matrix).
-An edit that changes no weights has no parameters but a text ``prefix`` (IKE) or
-key-value ``codebooks`` at modules' outputs (GRACE, ``kebench.editing.codebook``). A
+An edit that changes no weights has no parameters but a text ``prefix`` (IKE),
+key-value ``codebooks`` at modules' outputs (GRACE, ``kebench.editing.codebook``) or
+``side_memories`` routed at modules' outputs (WISE, ``kebench.editing.sidememory``). A
 method whose later edits of a sequential stream depend on this one keeps what they
 need in ``state`` (AlphaEdit: the keys it wrote, which later edits must preserve).
 
@@ -30,6 +31,8 @@ from safetensors.torch import save_file
 from kebench.datasets.atomic import atomic_path
 from kebench.editing.codebook import FIELDS, Codebook
 from kebench.editing.module_hooks import attach, detach, module_dims
+from kebench.editing.sidememory import FIELDS as SIDE_FIELDS
+from kebench.editing.sidememory import SideMemory
 
 KINDS = {
     "low_rank": ("left", "right"),
@@ -42,8 +45,12 @@ FORMAT = "kebench-delta/1"
 FORMAT_CODEBOOKS = "kebench-delta/2"
 # The tensor-name prefix of a delta's state in its file (no parameter name starts so).
 STATE = "state:"
+# A delta with side memories, which a /2 reader would apply as no change.
+FORMAT_SIDE_MEMORIES = "kebench-delta/3"
 # The tensor-name prefix of a codebook's entries in its file.
 CODEBOOK = "codebook:"
+# The tensor-name prefix of a side memory's shards in its file.
+SIDE_MEMORY = "sidememory:"
 
 
 @dataclass
@@ -111,6 +118,7 @@ class Delta:
         params: parameter name -> its change.
         prefix: text put before every prompt (in-context editing); empty otherwise.
         codebooks: module path -> the codebook entries applied at its output.
+        side_memories: module path -> the side memory routed at its output.
         meta: free-form strings stored in the file header (method, case ids...).
         state: tensors that change no weight, which later edits of a sequential
             stream read (``EditContext.earlier``); stored with the delta.
@@ -120,6 +128,7 @@ class Delta:
     params: dict[str, ParamDelta] = field(default_factory=dict)
     prefix: str = ""
     codebooks: dict[str, Codebook] = field(default_factory=dict)
+    side_memories: dict[str, SideMemory] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
@@ -156,12 +165,26 @@ class Delta:
                     f"delta {self.label()}: a codebook of (key, value) sizes {got} "
                     f"does not fit {path}, whose (input, output) sizes are {dims}"
                 )
+        for path, memory in self.side_memories.items():
+            try:
+                shape = tuple(model.get_submodule(path).weight.shape)
+            except AttributeError as err:
+                raise ValueError(
+                    f"delta {self.label()}: no side memory fits module {path!r}: {err}"
+                ) from None
+            if tuple(memory.weights.shape[1:]) != shape:
+                raise ValueError(
+                    f"delta {self.label()}: side weights of shape "
+                    f"{tuple(memory.weights.shape[1:])} do not fit {path}, whose "
+                    f"weight is {shape}"
+                )
 
     def nbytes(self) -> int:
         """The bytes of its tensors, the state's included (what its file holds)."""
         return (
             sum(p.nbytes() for p in self.params.values())
             + sum(b.nbytes() for b in self.codebooks.values())
+            + sum(m.nbytes() for m in self.side_memories.values())
             + sum(t.numel() * t.element_size() for t in self.state.values())
         )
 
@@ -181,7 +204,10 @@ class Delta:
             for p in self.params.values()
             for key, t in p.tensors.items()
             if key != "index"
-        ) and all(b.is_finite() for b in self.codebooks.values())
+        ) and all(
+            b.is_finite()
+            for b in [*self.codebooks.values(), *self.side_memories.values()]
+        )
 
 
 def save_delta(delta: Delta, path: str | Path) -> None:
@@ -204,8 +230,19 @@ def save_delta(delta: Delta, path: str | Path) -> None:
             for key, t in book.tensors().items()
         }
     )
+    tensors.update(
+        {
+            f"{SIDE_MEMORY}{path}/{key}": t.detach().to("cpu").contiguous()
+            for path, memory in delta.side_memories.items()
+            for key, t in memory.tensors().items()
+        }
+    )
     header = {
-        "format": FORMAT_CODEBOOKS if delta.codebooks else FORMAT,
+        "format": FORMAT_SIDE_MEMORIES
+        if delta.side_memories
+        else FORMAT_CODEBOOKS
+        if delta.codebooks
+        else FORMAT,
         "params": json.dumps(
             {name: {"kind": c.kind, "dim": c.dim} for name, c in delta.params.items()}
         ),
@@ -213,6 +250,9 @@ def save_delta(delta: Delta, path: str | Path) -> None:
         "meta": json.dumps(delta.meta, sort_keys=True),
         "state": json.dumps(sorted(delta.state)),
         "codebooks": json.dumps(sorted(delta.codebooks)),
+        "side_memories": json.dumps(
+            {path: m.header() for path, m in sorted(delta.side_memories.items())}
+        ),
     }
     with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=header)
@@ -222,7 +262,7 @@ def load_delta(path: str | Path) -> Delta:
     """Read a delta written by ``save_delta``."""
     with safe_open(str(path), framework="pt") as handle:
         header = handle.metadata() or {}
-        if header.get("format") not in (FORMAT, FORMAT_CODEBOOKS):
+        if header.get("format") not in (FORMAT, FORMAT_CODEBOOKS, FORMAT_SIDE_MEMORIES):
             raise ValueError(
                 f"{path} is not a kebench delta (format {header.get('format')!r})"
             )
@@ -250,12 +290,25 @@ def load_delta(path: str | Path) -> Delta:
                 )
                 for module in json.loads(header.get("codebooks", "[]"))
             }
-        except ValueError as err:
+            side_memories = {
+                module: SideMemory.from_file(
+                    {
+                        k: handle.get_tensor(f"{SIDE_MEMORY}{module}/{k}")
+                        for k in SIDE_FIELDS
+                    },
+                    described,
+                )
+                for module, described in json.loads(
+                    header.get("side_memories", "{}")
+                ).items()
+            }
+        except (ValueError, KeyError) as err:
             raise ValueError(f"{path}: {err}") from err
     return Delta(
         params=params,
         prefix=header["prefix"],
         codebooks=codebooks,
+        side_memories=side_memories,
         meta=json.loads(header["meta"]),
         state=state,
         origin=str(path),
@@ -265,10 +318,10 @@ def load_delta(path: str | Path) -> Delta:
 @dataclass
 class Applied:
     """What ``apply_delta`` overwrote: the original values of the touched slices, and
-    the codebooks it attached (module path, the attached copy)."""
+    the codebooks and side memories it attached (module path, the attached copy)."""
 
     backups: list[tuple[str, ParamDelta, torch.Tensor]]
-    codebooks: list[tuple[str, Codebook]] = field(default_factory=list)
+    hooked: list[tuple[str, Codebook | SideMemory]] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -291,18 +344,19 @@ def apply_delta(model: torch.nn.Module, delta: Delta) -> Applied:
         else:
             backups.append((name, change, param.detach().clone()))
             param.add_(change.full(param))
-    codebooks = [
-        (path, attach(model, path, book)) for path, book in delta.codebooks.items()
+    hooked = [
+        (path, attach(model, path, item))
+        for path, item in [*delta.codebooks.items(), *delta.side_memories.items()]
     ]
-    return Applied(backups, codebooks)
+    return Applied(backups, hooked)
 
 
 @torch.no_grad()
 def revert_delta(model: torch.nn.Module, applied: Applied) -> None:
     """Restore the values ``apply_delta`` overwrote, bit for bit, in reverse order,
-    and take its codebooks off."""
-    for path, book in reversed(applied.codebooks):
-        detach(model, path, book)
+    and take its codebooks and side memories off."""
+    for path, item in reversed(applied.hooked):
+        detach(model, path, item)
     for name, change, original in reversed(applied.backups):
         param = model.get_parameter(name)
         if change.kind == "index":
@@ -350,8 +404,10 @@ def agreement(
 ) -> tuple[Agreement, dict[str, Agreement]]:
     """The agreement of ``a`` and ``b`` over all parameters, and per parameter (in
     float64; a parameter only one of them changes counts as zero change in the other).
-    Codebooks count as their keys and values, entry by entry (``<module>/codebook``);
-    codebooks with different numbers of entries cannot agree (nan)."""
+    Codebooks count as their keys and values, entry by entry (``<module>/codebook``),
+    and side memories as each shard's change of the module's weight
+    (``<module>/side_memory``); different numbers of entries or shards cannot agree
+    (nan)."""
     dot = a_sq = b_sq = 0.0
     per_param = {}
     for name in sorted(set(a.params) | set(b.params)):
@@ -363,13 +419,15 @@ def agreement(
             for d in (a, b)
         )
         per_param[name] = _sums(x, y)
-    for path in sorted(set(a.codebooks) | set(b.codebooks)):
-        x, y = (_entries(d, path) for d in (a, b))
-        x = torch.zeros_like(y) if x is None else x
-        y = torch.zeros_like(x) if y is None else y
-        if x.shape != y.shape:
-            x = y = torch.full((1,), math.nan, dtype=torch.double)
-        per_param[f"{path}/codebook"] = _sums(x, y)
+    hooked = [
+        (f"{path}/codebook", _entries(a, path), _entries(b, path))
+        for path in sorted(set(a.codebooks) | set(b.codebooks))
+    ] + [
+        (f"{path}/side_memory", _shards(model, a, path), _shards(model, b, path))
+        for path in sorted(set(a.side_memories) | set(b.side_memories))
+    ]
+    for name, x, y in hooked:
+        per_param[name] = _sums(*_aligned(x, y))
     for sums in per_param.values():
         dot, a_sq, b_sq = dot + sums.dot, a_sq + sums.a_sq, b_sq + sums.b_sq
     return Agreement.of(dot, a_sq, b_sq), {
@@ -383,6 +441,27 @@ def _entries(delta: Delta, path: str) -> torch.Tensor | None:
     if book is None:
         return None
     return torch.cat([book.keys, book.values], dim=1).double().flatten()
+
+
+def _aligned(
+    x: torch.Tensor | None, y: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Entries one delta lacks count as zeros; entries of other sizes cannot agree."""
+    x = torch.zeros_like(y) if x is None else x
+    y = torch.zeros_like(x) if y is None else y
+    if x.shape != y.shape:
+        x = y = torch.full((1,), math.nan, dtype=torch.double)
+    return x, y
+
+
+def _shards(model: torch.nn.Module, delta: Delta, path: str) -> torch.Tensor | None:
+    """Each shard of ``delta``'s side memory at ``path`` minus the module's weight,
+    flat (None: it has none)."""
+    memory = delta.side_memories.get(path)
+    if memory is None:
+        return None
+    weight = model.get_submodule(path).weight.detach().double().cpu()
+    return (memory.weights.double().cpu() - weight).flatten()
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def delta_problem(
                 f"for {name}",
                 description,
             )
-    if not delta.params and not delta.codebooks:
+    if not delta.params and not delta.codebooks and not delta.side_memories:
         return None, description  # a prefix only (IKE): nothing can diverge
     ids = lm.tokenizer(delta.prefix + request.text)["input_ids"]
     with delta_applied(lm.model, delta), torch.no_grad():

@@ -98,29 +98,40 @@ class GRACEHyperParams(HyperParams):
                     f"GRACE {key} {getattr(self, key)!r}: kebench implements "
                     f"{list(allowed)}"
                 )
-        if self.inner_params:
-            if len(self.inner_params) != 1:
-                raise HparamsError(
-                    f"GRACE edits one module; inner_params names {self.inner_params}"
-                )
-            match = INNER_PARAM.match(self.inner_params[0])
-            if match is None:
-                raise HparamsError(
-                    f"GRACE inner_params {self.inner_params[0]!r} is not of the form "
-                    "'model.layers[27].mlp.down_proj.weight'"
-                )
-            self.layers = [int(match["layer"])]
-            self.rewrite_module_tmp = f"{match['head']}.{{}}{match['tail']}"
-        if len(self.layers) != 1 or "{}" not in self.rewrite_module_tmp:
-            raise HparamsError(
-                "GRACE needs one layer in layers and a rewrite_module_tmp with {} "
-                f"(or EasyEdit's inner_params); got layers {self.layers}, "
-                f"rewrite_module_tmp {self.rewrite_module_tmp!r}"
-            )
+        self.layers, self.rewrite_module_tmp = one_module(
+            "GRACE", self.layers, self.rewrite_module_tmp, self.inner_params
+        )
 
     @property
     def module_path(self) -> str:
         return self.rewrite_module_tmp.format(self.layers[0])
+
+
+def one_module(
+    method: str, layers: list[int], template: str, inner_params: list[str]
+) -> tuple[list[int], str]:
+    """The one layer and module template of a method that edits one module, from
+    ``layers`` and ``rewrite_module_tmp`` or from EasyEdit's ``inner_params``."""
+    if inner_params:
+        if len(inner_params) != 1:
+            raise HparamsError(
+                f"{method} edits one module; inner_params names {inner_params}"
+            )
+        match = INNER_PARAM.match(inner_params[0])
+        if match is None:
+            raise HparamsError(
+                f"{method} inner_params {inner_params[0]!r} is not of the form "
+                "'model.layers[27].mlp.down_proj.weight'"
+            )
+        layers = [int(match["layer"])]
+        template = f"{match['head']}.{{}}{match['tail']}"
+    if len(layers) != 1 or "{}" not in template:
+        raise HparamsError(
+            f"{method} needs one layer in layers and a rewrite_module_tmp with {{}} "
+            f"(or EasyEdit's inner_params); got layers {layers}, "
+            f"rewrite_module_tmp {template!r}"
+        )
+    return layers, template
 
 
 def stable_id(*parts: object) -> int:
