@@ -55,6 +55,7 @@ SHORT = {
     "UltraEdit": {"batch_size_once": 1},
 }
 SHORT["AlphaEdit"] = SHORT["MEMIT"]
+WISE_FAMILIES = ("llama", "gpt2", "gemma2", "opt")
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +162,13 @@ def test_every_weight_method_edits_and_reverts_bit_exactly(
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("model_type", FAMILIES)
-@pytest.mark.parametrize("method", ["GRACE", "WISE"])
+@pytest.mark.parametrize(
+    ("method", "model_type"),
+    [("GRACE", family) for family in FAMILIES]
+    # WISE's family-specific parts: where the activation is named (GPT-2's
+    # activation_function, Gemma 2's hidden_activation) and Conv1D weights (GPT-2)
+    + [("WISE", family) for family in WISE_FAMILIES],
+)
 def test_hooked_methods_answer_through_their_hooks_and_come_off_exactly(
     checkpoints, tmp_path_factory, model_type, method
 ):
