@@ -466,8 +466,7 @@ def wise(
         )
     stream.min_act = min(stream.min_act, reached)
     stream.count += 1
-    role = CURRENT
-    entries = [(shard_id, weight, stream.min_act, role)]
+    entries = [(shard_id, weight, stream.min_act, CURRENT)]
     if stream.count % hparams.save_freq == 0:
         entries = [(shard_id, weight, stream.min_act, SAVED)]
         stream.saved_ids.append(shard_id)
