@@ -17,6 +17,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from kebench.editing.delta import ParamDelta
+from kebench.editing.module_hooks import weight_is_transposed
 from kebench.scoring.logprobs import pad_batch
 
 
@@ -29,11 +30,6 @@ def get_module(model: nn.Module, path: str) -> nn.Module:
             f"{type(model).__name__} has no module {path!r}; check the hparams' "
             "*_module_tmp templates for this architecture"
         ) from err
-
-
-def weight_is_transposed(module: nn.Module) -> bool:
-    """True for GPT-2's Conv1D, whose weight is (in_features, out_features)."""
-    return type(module).__name__ == "Conv1D"
 
 
 def outer_change(

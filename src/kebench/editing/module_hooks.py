@@ -74,11 +74,11 @@ def module_dims(module: nn.Module) -> tuple[int, int]:
     if weight is None or weight.dim() != 2:  # noqa: PLR2004 - a matrix
         raise ValueError(f"{type(module).__name__} has no weight matrix")
     d_out, d_in = weight.shape
-    return (d_out, d_in) if is_conv1d(module) else (d_in, d_out)
+    return (d_out, d_in) if weight_is_transposed(module) else (d_in, d_out)
 
 
-def is_conv1d(module: nn.Module) -> bool:
-    """GPT-2's Conv1D, whose weight is (d_in, d_out), the transpose of a Linear's."""
+def weight_is_transposed(module: nn.Module) -> bool:
+    """True for GPT-2's Conv1D, whose weight is (in_features, out_features)."""
     return type(module).__name__ == "Conv1D"
 
 

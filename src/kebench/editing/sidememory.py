@@ -40,8 +40,8 @@ from transformers.activations import ACT2FN
 from kebench.editing.module_hooks import (
     Forward,
     by_token,
-    is_conv1d,
     latest_by_id,
+    weight_is_transposed,
 )
 
 FIELDS = ("ids", "weights", "thresholds", "roles")
@@ -166,7 +166,7 @@ def side_output(
     """The module's output on ``x`` with ``weight`` in place of its own (bias kept)."""
     weight = weight.to(device=x.device, dtype=x.dtype)
     bias = getattr(module, "bias", None)
-    if is_conv1d(module):
+    if weight_is_transposed(module):
         flat = x.reshape(-1, x.shape[-1]) @ weight
         flat = flat if bias is None else flat + bias
         return flat.reshape(*x.shape[:-1], weight.shape[1])
