@@ -131,9 +131,9 @@ def run(args: argparse.Namespace) -> dict:
     probes = probes.head(args.n_probes).reset_index(drop=True)
     logger.info("scoring %d probes", len(probes))
     settings = ScoringSettings(batch_size=args.batch_size)
-    score_pass(lm, probes.head(4), "", settings)  # warm-up: one-time allocations
+    score_pass(lm, probes.head(4), settings=settings)  # warm-up: one-time allocations
     started = time.perf_counter()
-    batched = score_pass(lm, probes, "", settings)
+    batched = score_pass(lm, probes, settings=settings)
     batched_s = time.perf_counter() - started
     started = time.perf_counter()
     old, new = score_one_by_one(lm, probes)

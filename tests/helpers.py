@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyoxigraph as ox
+import torch
 
 from kebench.kg.oxigraph_server import stop_process_group
 from kebench.project import PROJECT_ROOT
@@ -107,3 +108,19 @@ def start_server(
             if attempt == 2:
                 raise RuntimeError(log_path.read_text()[-3000:]) from None
     raise AssertionError("unreachable")
+
+
+def plain_logprob(lm, prompt: str, answer: str) -> float:
+    """log P(answer | prompt) one example at a time, with nothing but transformers:
+    the checker of kebench's batched, cached scoring."""
+    tokenizer = lm.tokenizer
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    answer_ids = tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt_ids + answer_ids])
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids).logits[0].double()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return sum(
+        float(logprobs[len(prompt_ids) - 1 + i, token])
+        for i, token in enumerate(answer_ids)
+    )

@@ -388,6 +388,10 @@ PROBE_SCORES = pa.DataFrameSchema(
         # greedy generation vs the new answer, for the configured probe types only
         "gen_em": pa.Column(float, nullable=True),
         "gen_f1": pa.Column(float, nullable=True),
+        # MeLLo's final answer to the probe's question and whether it is right
+        # (kebench.scoring.mello; null for the other methods)
+        "mello_answer": pa.Column(str, nullable=True),
+        "mello_em": pa.Column(float, nullable=True),
         # free generation (kebench.scoring.generation), for the configured probe types:
         # the base and edited model's answers, why the edited one ended (eos,
         # stop_string, cap: it never stopped) and its tokens; wild (exact match
@@ -507,6 +511,8 @@ METRICS = pa.DataFrameSchema(
                     "token_vs_wild",
                     "token_vs_judge",
                     "counterfact",
+                    # MeLLo's answer after its retrieval steps (scoring.mello)
+                    "mello",
                 ]
             ),
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from kebench.scoring.context import PromptContext
 from kebench.scoring.evaluate import ScoringSettings, score_pass
 from kebench.scoring.generation import GenerationSettings, generate_answers
 
@@ -52,7 +53,7 @@ def test_a_free_generation_is_scored_only_for_the_configured_types(lm):
     )
     wild = GenerationSettings(max_new_tokens=6)
     settings = ScoringSettings(wild=wild, wild_types=("direct",))
-    scores = score_pass(lm, asked, "Answer in one word. ", settings)
+    scores = score_pass(lm, asked, PromptContext("Answer in one word. "), settings)
     (expected,) = generate_answers(
         lm, ["The capital of France is"], wild, "Answer in one word. "
     )

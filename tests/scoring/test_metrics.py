@@ -211,6 +211,35 @@ def test_protocol_gap_is_token_accuracy_minus_wild_paired_per_probe(outcomes):
     ).any()
 
 
+def test_mellos_exact_match_is_its_own_protocol_per_probe_type(outcomes):
+    """Hand-worked: MeLLo answers c1's and c3's direct questions right, c2's wrong
+    (2/3); one of c1's two entailed questions and c2's one (2/3); it keeps c1's
+    unrelated answer and loses c3's (1/2)."""
+    right = {
+        ("c1", "direct"): [1.0],
+        ("c2", "direct"): [0.0],
+        ("c3", "direct"): [1.0],
+        ("c1", "entailed"): [0.0, 1.0],
+        ("c2", "entailed"): [1.0],
+        ("c1", "locality"): [1.0],
+        ("c3", "locality"): [0.0],
+    }
+    answers = {key: iter(values) for key, values in right.items()}
+    scored = outcomes.assign(
+        mello_em=[
+            next(answers[(c, t)])
+            for c, t in zip(outcomes["case_id"], outcomes["probe_type"], strict=True)
+        ]
+    )
+    table = metrics_table(scored).query("population == 'ok_edits'")
+    mello = table[table["protocol"] == "mello"].set_index(["metric", "probe_type"])
+    assert mello.loc[("mello_em", "direct"), "value"] == pytest.approx(2 / 3)
+    assert mello.loc[("mello_em", "entailed"), "value"] == pytest.approx(2 / 3)
+    assert mello.loc[("mello_locality", "locality"), "value"] == pytest.approx(0.5)
+    assert mello.loc[("mello_em", "entailed"), "n_edits"] == 2
+    assert len(mello) == 3
+
+
 def test_a_failed_edit_counts_as_a_wrong_generation_in_itt():
     probes = pd.DataFrame(
         {

@@ -50,6 +50,21 @@ def test_protocol_table_sets_each_probe_type_beside_its_generated_answer():
     assert pd.isna(rows.loc["direct", "BKE F1 (generated)"])
 
 
+def test_mellos_answers_alone_make_a_protocol_table():
+    """MeLLo's runs are scored by generation (protocol ``mello``), without WILD."""
+    mello = pd.DataFrame(
+        [
+            metric("entailed", "token_accuracy", "token", 0.5),
+            metric("entailed", "mello_em", "mello", 0.25),
+            metric("locality", "mello_locality", "mello", 0.75, "ok_edits"),
+        ]
+    ).assign(method="MeLLo")
+    rows = protocol_table(mello, "itt").set_index("probe_type")
+    assert rows.loc["entailed", "MeLLo EM (generated)"] == 0.25
+    assert rows.loc["locality", "MeLLo EM (generated)"] == 0.75
+    assert rows.loc["entailed", "Token acc. (teacher-forced)"] == 0.5
+
+
 def test_no_generation_gives_no_protocol_table():
     only_token = METRICS[METRICS["protocol"] == "token"]
     assert protocol_table(only_token, "itt").empty

@@ -7,7 +7,9 @@ A delta maps parameter names to changes of one of three kinds:
     dense: ``W += values`` (FT: the whole matrix).
 An edit that changes no weights has no parameters but a text ``prefix`` (IKE),
 key-value ``codebooks`` at modules' outputs (GRACE, ``kebench.editing.codebook``) or
-``side_memories`` routed at modules' outputs (WISE, ``kebench.editing.sidememory``). A
+``side_memories`` routed at modules' outputs (WISE, ``kebench.editing.sidememory``) or
+a ``memory`` of edited facts as sentences, which the scorer retrieves from (MeLLo,
+``kebench.scoring.mello``). A
 method whose later edits of a sequential stream depend on this one keeps what they
 need in ``state`` (AlphaEdit: the keys it wrote, which later edits must preserve).
 
@@ -47,6 +49,9 @@ FORMAT_CODEBOOKS = "kebench-delta/2"
 STATE = "state:"
 # A delta with side memories, which a /2 reader would apply as no change.
 FORMAT_SIDE_MEMORIES = "kebench-delta/3"
+# A delta with a text memory, which a /3 reader would apply as no change.
+FORMAT_MEMORY = "kebench-delta/4"
+FORMATS = (FORMAT, FORMAT_CODEBOOKS, FORMAT_SIDE_MEMORIES, FORMAT_MEMORY)
 # The tensor-name prefix of a codebook's entries in its file.
 CODEBOOK = "codebook:"
 # The tensor-name prefix of a side memory's shards in its file.
@@ -119,6 +124,8 @@ class Delta:
         prefix: text put before every prompt (in-context editing); empty otherwise.
         codebooks: module path -> the codebook entries applied at its output.
         side_memories: module path -> the side memory routed at its output.
+        memory: edited facts as sentences, retrieved at scoring time (MeLLo); the
+            scorer's settings for them are in ``meta["mello"]``.
         meta: free-form strings stored in the file header (method, case ids...).
         state: tensors that change no weight, which later edits of a sequential
             stream read (``EditContext.earlier``); stored with the delta.
@@ -129,6 +136,7 @@ class Delta:
     prefix: str = ""
     codebooks: dict[str, Codebook] = field(default_factory=dict)
     side_memories: dict[str, SideMemory] = field(default_factory=dict)
+    memory: list[str] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
@@ -238,7 +246,9 @@ def save_delta(delta: Delta, path: str | Path) -> None:
         }
     )
     header = {
-        "format": FORMAT_SIDE_MEMORIES
+        "format": FORMAT_MEMORY
+        if delta.memory
+        else FORMAT_SIDE_MEMORIES
         if delta.side_memories
         else FORMAT_CODEBOOKS
         if delta.codebooks
@@ -247,6 +257,7 @@ def save_delta(delta: Delta, path: str | Path) -> None:
             {name: {"kind": c.kind, "dim": c.dim} for name, c in delta.params.items()}
         ),
         "prefix": delta.prefix,
+        "memory": json.dumps(delta.memory),
         "meta": json.dumps(delta.meta, sort_keys=True),
         "state": json.dumps(sorted(delta.state)),
         "codebooks": json.dumps(sorted(delta.codebooks)),
@@ -262,7 +273,7 @@ def load_delta(path: str | Path) -> Delta:
     """Read a delta written by ``save_delta``."""
     with safe_open(str(path), framework="pt") as handle:
         header = handle.metadata() or {}
-        if header.get("format") not in (FORMAT, FORMAT_CODEBOOKS, FORMAT_SIDE_MEMORIES):
+        if header.get("format") not in FORMATS:
             raise ValueError(
                 f"{path} is not a kebench delta (format {header.get('format')!r})"
             )
@@ -308,11 +319,20 @@ def load_delta(path: str | Path) -> Delta:
         params=params,
         prefix=header["prefix"],
         codebooks=codebooks,
+        memory=_memory(header, path),
         side_memories=side_memories,
         meta=json.loads(header["meta"]),
         state=state,
         origin=str(path),
     )
+
+
+def _memory(header: dict[str, str], path: str | Path) -> list[str]:
+    """The header's memory sentences (files before format 4 have none)."""
+    memory = json.loads(header.get("memory", "[]"))
+    if not isinstance(memory, list) or not all(isinstance(m, str) for m in memory):
+        raise ValueError(f"{path}: its memory is not a list of sentences")
+    return memory
 
 
 @dataclass

@@ -2,9 +2,11 @@
 
 Base scores are computed once per (model, probes) and reused for every method. An
 edited model is the base model with a delta applied (and reverted afterwards, exactly);
-an in-context edit (IKE) changes no weights and is scored with its prefix before each
-prompt (several in-context edits together: one prefix, ``joint_prefix``). Each group of cases is scored with its own deltas applied: one case's delta in
-single mode, one batch delta for MEMIT, every delta so far in sequential mode.
+an edit that changes no weights is scored in its context (``kebench.scoring.context``):
+an in-context edit (IKE) with its prefix before each prompt, a memory-based edit (MeLLo)
+after its run of retrieval steps for the probe's question. Each group of cases is scored
+with its own deltas applied: one case's delta in single mode, one batch delta for MEMIT,
+every delta so far in sequential mode.
 
 Where several edits act at once (a batch, a sequential run), a probe of one edit whose
 fact another edit of the group rewrites no longer has the answer it states: it is
@@ -22,18 +24,21 @@ import torch
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
-from kebench.editing.methods.ike import joint_prefix
 from kebench.editing.runner import fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.qa.probes import FACT_KEY, fact_keys
 from kebench.schemas import PROBE_SCORES
+from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
 from kebench.scoring.generation import (
     GenerationSettings,
+    alias_list,
     generate_answers,
+    wild_match,
     wild_scores,
 )
 from kebench.scoring.logprobs import ContextOverflowError, score_answers
+from kebench.scoring.mello import DEMONSTRATIONS, answer_questions
 from kebench.scoring.metrics import exact_match, token_f1
 
 # The columns one scoring pass yields per probe, before the base_/edit_ prefix.
@@ -64,7 +69,7 @@ class ScoringSettings:
 def score_pass(
     lm: LoadedModel,
     probes: pd.DataFrame,
-    prefix: str = "",
+    context: PromptContext = NO_CONTEXT,
     settings: ScoringSettings = ScoringSettings(),
 ) -> pd.DataFrame:
     """log P(answer_old | prompt) and log P(answer_new | prompt) of each probe.
@@ -73,9 +78,24 @@ def score_pass(
     answer's tokens the argmax reproduces (token accuracy), and, for the configured
     probe types, EM and F1 of a greedy generation. A probe without an old answer (an
     injected claim) has NaN old columns.
+
+    Under a MeLLo memory (``context.mello``) every probe's question is answered by
+    MeLLo's run (``mello_answer``, ``mello_em``), its answers are scored after the
+    run's transcript, and the generation protocols, which would ask the model without
+    its memory, are not run.
     """
     batch_size = settings.batch_size
-    prompts = list(probes["prompt"])
+    runs = None
+    prefix = context.prefix
+    if context.mello is not None:
+        questions = probes["question"].fillna(probes["prompt"])
+        runs = answer_questions(
+            lm, list(questions), context.memory, context.mello, batch_size
+        )
+        prompts = [run.transcript for run in runs]
+        prefix = DEMONSTRATIONS
+    else:
+        prompts = list(probes["prompt"])
     has_old = probes["answer_old"].notna().to_numpy()
     old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
     answers = [*probes["answer_new"], *probes.loc[has_old, "answer_old"]]
@@ -122,6 +142,11 @@ def score_pass(
             }
         )
     scores = pd.DataFrame(rows, index=probes.index, columns=PASS_COLUMNS)
+    if runs is not None:
+        answers = [run.answer for run in runs]
+        scores["mello_answer"] = answers
+        scores["mello_em"] = mello_matches(probes, answers)
+        return scores
     generate = probes["probe_type"].isin(settings.generate_types).to_numpy()
     if generate.any():
         answers = probes.loc[generate, "answer_new"]
@@ -154,14 +179,30 @@ def score_pass(
     return scores
 
 
+def mello_matches(probes: pd.DataFrame, answers: Sequence[str | None]) -> list[float]:
+    """``mello_em`` of each probe: 1 when MeLLo's final answer is the probe's answer or
+    one of its aliases (``wild_match``): the new answer, or for a locality probe the
+    old one, which the edit must leave alone; 0 without a final answer."""
+    matches = []
+    for probe, answer in zip(probes.to_dict("records"), answers, strict=True):
+        side = "old" if probe["probe_type"] == "locality" else "new"
+        gold = probe[f"answer_{side}"]
+        if answer is None or not isinstance(gold, str):
+            matches.append(0.0 if answer is None else float("nan"))
+            continue
+        aliases = alias_list(probe.get(f"aliases_{side}"))
+        matches.append(wild_match(answer, gold, aliases))
+    return matches
+
+
 def applied_groups(
     lm: LoadedModel,
     frame: pd.DataFrame,
     groups: Iterable[tuple[Sequence[str], Sequence[Delta]]],
     description: str,
-) -> Iterator[tuple[pd.DataFrame, Sequence[str], Sequence[Delta], str]]:
+) -> Iterator[tuple[pd.DataFrame, Sequence[str], Sequence[Delta], PromptContext]]:
     """Each group's rows of ``frame`` (by ``case_id``), its cases, its deltas and their
-    in-context prefix, yielded while the deltas are applied to ``lm``; reverted,
+    context (``prompt_context``), yielded while the deltas are applied to ``lm``; reverted,
     exactly, before the next group. Groups without rows are skipped.
 
     Args:
@@ -175,7 +216,7 @@ def applied_groups(
         with ExitStack() as stack:
             for delta in deltas:
                 stack.enter_context(delta_applied(lm.model, delta))
-            yield selected, case_ids, deltas, joint_prefix(deltas)
+            yield selected, case_ids, deltas, prompt_context(deltas)
 
 
 @torch.no_grad()
@@ -189,15 +230,15 @@ def edited_scores(
     """Scores of each group's probes with that group's deltas applied
     (``applied_groups``)."""
     parts = []
-    for selected, case_ids, deltas, prefix in applied_groups(
+    for selected, case_ids, deltas, context in applied_groups(
         lm, probes, groups, description
     ):
         try:
-            parts.append(score_pass(lm, selected, prefix, settings))
+            parts.append(score_pass(lm, selected, context, settings))
         except ValueError as error:
             if not isinstance(error.__cause__, ContextOverflowError):
                 raise
-            tokens = len(lm.tokenizer(prefix)["input_ids"])
+            tokens = len(lm.tokenizer(context.prefix)["input_ids"])
             named = ", ".join(list(case_ids)[:5])
             raise ValueError(
                 f"the in-context prefix of {len(deltas)} edit(s), for cases "
@@ -267,6 +308,8 @@ def probe_score_rows(
         edit_new_token_hits=edited["new_token_hits"],
         gen_em=edited.get("gen_em"),
         gen_f1=edited.get("gen_f1"),
+        mello_answer=edited.get("mello_answer"),
+        mello_em=edited.get("mello_em"),
     )
     if "wild_text" in edited:
         base_texts = base.loc[index].get("wild_text", pd.Series(None, index=index))

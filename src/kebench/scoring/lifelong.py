@@ -44,11 +44,11 @@ import torch
 from kebench.datasets.atomic import atomic_path
 from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext
-from kebench.editing.methods.ike import joint_prefix
 from kebench.editing.requests import EditRequest, requests_from_probes
 from kebench.editing.runner import EditJob, fingerprint, run_job, unit_fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.scoring.context import prompt_context
 from kebench.scoring.drift import GeneralSets, measure_capability
 from kebench.scoring.evaluate import (
     ScoringSettings,
@@ -295,14 +295,14 @@ def _measure(  # noqa: PLR0913 - one model state and what is measured on it
 ) -> dict[str, Any]:
     """The measures of the model as it is after ``done`` edits (0: unedited)."""
     start = time.perf_counter()
-    prefix = joint_prefix(state.applied)
+    context = prompt_context(state.applied)
     chosen = stream.probes_at(done)
     outcomes: dict[str, list] = {c: [] for c in OUTCOME_COLUMNS[2:]}
     reason = None
     try:
         if not chosen.empty:
             scoring = ScoringSettings(batch_size=settings.batch_size)
-            edited = score_pass(lm, chosen, prefix, scoring)
+            edited = score_pass(lm, chosen, context, scoring)
             rows = probe_outcomes(
                 probe_score_rows(chosen, base, edited, lm.name, "stream")
             )
@@ -316,7 +316,7 @@ def _measure(  # noqa: PLR0913 - one model state and what is measured on it
                     for row in rows.to_dict("records")
                 ],
             }
-        capability = measure_capability(lm, sets, prefix, settings.batch_size)
+        capability = measure_capability(lm, sets, context.prefix, settings.batch_size)
         general = {
             "perplexity": capability.perplexity,
             **{f"accuracy_{k}": v for k, v in sorted(capability.accuracy.items())},
@@ -401,7 +401,7 @@ def run_stream(  # noqa: PLR0913 - the stream's inputs
     state = _StreamState(WeightDrift(lm.model), [])
     with torch.no_grad():
         base = score_pass(
-            lm, stream.probes, "", ScoringSettings(batch_size=settings.batch_size)
+            lm, stream.probes, settings=ScoringSettings(batch_size=settings.batch_size)
         )
 
     def measure(done: int) -> None:

@@ -270,6 +270,11 @@ def _population_rows(
     if "gen_em" in outcomes:
         rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
         rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
+    if "mello_em" in outcomes:
+        rows += _metric_rows(scored, "mello_em", "mello_em", "mello", seed)
+        if locality:
+            local = outcomes[outcomes["probe_type"] == "locality"]
+            rows += _metric_rows(local, "mello_em", "mello_locality", "mello", seed)
     if "wild_em" in outcomes:
         # names of their own: a metric's MLflow key has no protocol in it
         rows += _metric_rows(scored, "wild_em", "wild_em", "wild", seed)

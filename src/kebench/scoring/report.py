@@ -98,21 +98,25 @@ PROTOCOLS = [
     ("protocol_gap", "token_vs_wild", "Gap (token − WILD)"),
     ("judge_correct", "judge", "Judge (generated)"),
     ("judge_gap", "token_vs_judge", "Gap (token − judge)"),
+    ("mello_em", "mello", "MeLLo EM (generated)"),
 ]
-LOCALITY_FORMS = {"locality", "wild_locality", "judge_locality"}
+LOCALITY_FORMS = {"locality", "wild_locality", "judge_locality", "mello_locality"}
+# the generated protocols, one of which a protocol table needs
+GENERATED = ("wild", "mello")
 PROTOCOL_ORDER = ["direct", "paraphrase", "entailed", "multihop", "locality"]
 
 
 def protocol_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
     """Per (model, method, risk, probe_type): token accuracy, WILD exact match, BKE F1,
-    the judge's verdict and the gaps, with CIs and n, in one population (locality: its
-    ``argmax``, ``wild`` and ``judge`` forms, always ``ok_edits``). Empty when no free
-    generation was scored."""
+    the judge's verdict, the gaps and MeLLo's exact match, with CIs and n, in one
+    population (locality: its ``argmax``, ``wild``, ``judge`` and ``mello`` forms,
+    always ``ok_edits``). Empty when no free generation was scored."""
     keys = ["model", "method", "risk", "probe_type"]
     wanted = PROTOCOLS + [
         ("locality", "argmax", "Token acc. (teacher-forced)"),
         ("wild_locality", "wild", "WILD EM (generated)"),
         ("judge_locality", "judge", "Judge (generated)"),
+        ("mello_locality", "mello", "MeLLo EM (generated)"),
     ]
     parts = []
     for metric, protocol, label in wanted:
@@ -124,7 +128,7 @@ def protocol_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
         ].assign(label=label)
         parts.append(part)
     chosen = pd.concat(parts)
-    if chosen.empty or not (chosen["protocol"] == "wild").any():
+    if chosen.empty or not chosen["protocol"].isin(GENERATED).any():
         return pd.DataFrame(columns=keys)
     wide = chosen.pivot_table(
         index=keys,
@@ -240,7 +244,9 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
             "(protocol `token`; locality: `argmax`) and a free greedy generation, "
             "scored by exact match against the answer or an alias (`wild`; locality: "
             "the base model's answer kept), by token F1 (`bke_f1`) and, when it is "
-            "on, by an LLM judge (`judge`). Each gap is paired per probe "
+            "on, by an LLM judge (`judge`); MeLLo's final answer after its "
+            "retrieval steps, by exact match (`mello`; locality: the old answer "
+            "kept). Each gap is paired per probe "
             "(`token_vs_wild`, `token_vs_judge`), with a 95% CI over edits; "
             "`generations.parquet` holds every answer, `judgements.parquet` every "
             "verdict.",

@@ -50,6 +50,7 @@ from kebench.editing.propagation import atomic_prompt
 from kebench.models.loading import LoadedModel
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.auroc import auroc_ci
+from kebench.scoring.context import prompt_context
 from kebench.scoring.evaluate import ScoringSettings, delta_groups, score_pass
 
 DETECTORS = (
@@ -204,7 +205,7 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
         facts = [case_id, *pick_negatives(pool, case_id, negatives, seed, seen)]
         selected = by_id[by_id["case_id"].isin(facts)]
         with delta_applied(lm.model, delta):
-            scores = score_pass(lm, selected, delta.prefix, settings)
+            scores = score_pass(lm, selected, prompt_context([delta]), settings)
         audited = fact_scores(selected, scores, base)
         parts.append(
             audited.reset_index().assign(

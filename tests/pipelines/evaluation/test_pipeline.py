@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 
 from kebench.pipelines.evaluation.nodes import (
     compute_metrics,
@@ -17,6 +16,7 @@ from kebench.pipelines.evaluation.nodes import (
 )
 from kebench.project import load_config, project_catalog
 from kebench.schemas import METRICS, PROBE_SCORES
+from tests.helpers import plain_logprob
 from tests.pipelines.conftest import DEMO_EDITS
 
 
@@ -24,21 +24,6 @@ from tests.pipelines.conftest import DEMO_EDITS
 def evaluated(evaluated_root):
     """The catalog of the shared demo run (tests/pipelines/conftest.py)."""
     return project_catalog(DEMO_EDITS, evaluated_root)
-
-
-def plain_logprob(lm, prompt: str, answer: str) -> float:
-    """log P(answer | prompt) one example at a time, with nothing but transformers."""
-    tokenizer = lm.tokenizer
-    prompt_ids = tokenizer(prompt)["input_ids"]
-    answer_ids = tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([prompt_ids + answer_ids])
-    with torch.no_grad():
-        logits = lm.model(input_ids=ids).logits[0].double()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    return sum(
-        float(logprobs[len(prompt_ids) - 1 + i, token])
-        for i, token in enumerate(answer_ids)
-    )
 
 
 @pytest.mark.model

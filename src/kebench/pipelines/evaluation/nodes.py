@@ -108,7 +108,7 @@ def score_base_probes(
         len(edited),
         edited["case_id"].nunique(),
     )
-    scores = score_pass(model, edited, "", _settings(params))
+    scores = score_pass(model, edited, settings=_settings(params))
     return scores.assign(probe_id=edited["probe_id"].to_numpy())
 
 

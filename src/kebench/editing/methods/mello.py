@@ -1,0 +1,57 @@
+"""MeLLo (Zhong et al., EMNLP 2023): edits kept as sentences in a memory.
+
+No weight changes. An edit's delta is its new fact as MQuAKE writes it into MeLLo's
+memory: the filled-in prompt, one space, the new answer (``The capital of France is
+Lyon``). A batch's delta holds every edit's sentence; deltas applied together pool their
+memories. The scorer answers each probe's question in MeLLo's steps against that memory
+(``kebench.scoring.mello``), with the settings stored in the delta's
+``meta["mello"]``: the retriever, and the generations a question gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kebench.editing.delta import Delta
+from kebench.editing.interface import EditContext, HyperParams
+from kebench.editing.methods.ike import fact
+from kebench.editing.registry import register
+from kebench.editing.requests import EditRequest
+from kebench.models.loading import LoadedModel
+from kebench.scoring.context import MELLO_META
+from kebench.scoring.mello import MelloSettings
+
+
+@dataclass
+class MeLLoHyperParams(HyperParams):
+    """MeLLo's settings (``MelloSettings``): ``retriever`` ``bm25`` or
+    ``sentence_transformers`` with ``retriever_model``; ``max_hops`` generations of at
+    most ``max_new_tokens`` tokens per question."""
+
+    retriever: str = "bm25"
+    retriever_model: str | None = None
+    max_hops: int = 4
+    max_new_tokens: int = 64
+
+    def settings(self) -> MelloSettings:
+        return MelloSettings(
+            retriever=self.retriever,
+            retriever_model=self.retriever_model,
+            max_hops=self.max_hops,
+            max_new_tokens=self.max_new_tokens,
+        )
+
+
+@register("MeLLo", MeLLoHyperParams, batchable=True)
+def mello(
+    lm: LoadedModel,
+    requests: list[EditRequest],
+    hparams: MeLLoHyperParams,
+    context: EditContext,
+) -> Delta:
+    """The memory of ``requests``' new facts; no weight changes."""
+    settings = hparams.settings()  # refuses bad settings before any edit is stored
+    return Delta(
+        memory=[fact(r.text, r.target_new) for r in requests],
+        meta={MELLO_META: settings.to_json()},
+    )
