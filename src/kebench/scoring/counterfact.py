@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -63,6 +64,8 @@ from kebench.schemas import COUNTERFACT_SCORES
 from kebench.scoring.evaluate import EditedShard, applied_groups
 from kebench.scoring.logprobs import score_answers
 from kebench.scoring.metrics import bootstrap_ci
+
+logger = logging.getLogger(__name__)
 
 # an edit's prompt kinds, as CounterFact names its fields
 PROBABILITY_KINDS = ("rewrite", "paraphrase", "neighborhood")
@@ -434,12 +437,24 @@ class CounterfactShard(EditedShard):
 
 @torch.no_grad()
 def score_shard(lm: LoadedModel, shard: CounterfactShard) -> pd.DataFrame:
-    """``counterfact_scores`` rows of one shard's cases under its edited models."""
-    parts = [
-        score_cases(lm, selected, shard.settings, shard.references, prefix)
-        for selected, _cases, _deltas, prefix in applied_groups(
-            lm, shard.prompts, shard.delta_groups(), f"CounterFact {shard.method}"
+    """``counterfact_scores`` rows of one shard's cases under its edited models.
+
+    A MeLLo memory gives none: ROME's metrics score the prompts' next tokens, which a
+    memory-based method does not answer (it answers questions in steps)."""
+    parts = []
+    for selected, _cases, _deltas, context in applied_groups(
+        lm, shard.prompts, shard.delta_groups(), f"CounterFact {shard.method}"
+    ):
+        if context.mello is not None:
+            logger.warning(
+                "CounterFact's standard metrics are not defined for %s's memory: "
+                "its %d cases are left out",
+                shard.method,
+                selected["case_id"].nunique(),
+            )
+            continue
+        parts.append(
+            score_cases(lm, selected, shard.settings, shard.references, context.prefix)
         )
-    ]
     cases = pd.concat(parts) if parts else pd.DataFrame(columns=["case_id"])
     return score_rows(cases, shard.prompts, lm.name, shard.method)
