@@ -237,7 +237,11 @@ def test_mellos_exact_match_is_its_own_protocol_per_probe_type(outcomes):
     assert mello.loc[("mello_em", "entailed"), "value"] == pytest.approx(2 / 3)
     assert mello.loc[("mello_locality", "locality"), "value"] == pytest.approx(0.5)
     assert mello.loc[("mello_em", "entailed"), "n_edits"] == 2
-    assert len(mello) == 3
+    # MQuAKE's count: an edit is right when any of its questions is (c1: 1 of 2)
+    assert mello.loc[("mello_case_em", "entailed"), "value"] == 1.0
+    assert mello.loc[("mello_case_em", "entailed"), "n"] == 2
+    assert mello.loc[("mello_case_em", "direct"), "value"] == pytest.approx(2 / 3)
+    assert len(mello) == 5
 
 
 def test_a_failed_edit_counts_as_a_wrong_generation_in_itt():

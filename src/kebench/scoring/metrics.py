@@ -272,6 +272,11 @@ def _population_rows(
         rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
     if "mello_em" in outcomes:
         rows += _metric_rows(scored, "mello_em", "mello_em", "mello", seed)
+        # MQuAKE's multi-hop accuracy: an edit counts once, right when any of its
+        # questions of the type is (its three paraphrased multi-hop questions)
+        answered = scored.dropna(subset=["mello_em"])
+        per_case = answered.groupby([*GROUP, "case_id"], as_index=False)["mello_em"]
+        rows += _metric_rows(per_case.max(), "mello_em", "mello_case_em", "mello", seed)
         if locality:
             local = outcomes[outcomes["probe_type"] == "locality"]
             rows += _metric_rows(local, "mello_em", "mello_locality", "mello", seed)
