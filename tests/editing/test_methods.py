@@ -53,10 +53,20 @@ def edit_each(lm, method: str, requests, hparams, context) -> list[Delta]:
     return [entry.compute(lm, [request], parsed, context) for request in requests]
 
 
-def short_kn(hparams: dict[str, dict]) -> dict[str, dict]:
-    """KN with 2 integration points, not 10: for tests of what it changes, not how
-    well (the scores are still integrated gradients, on a coarser grid)."""
-    return {**hparams, "KN": {**hparams["KN"], "steps": 2}}
+# each method's optimisation steps (KN: integration points) by its hparams key
+STEP_KEYS = ("v_num_grad_steps", "num_steps", "n_iter", "steps")
+
+
+def few_steps(hparams: dict[str, dict]) -> dict[str, dict]:
+    """Every method with at most 2 optimisation steps (KN: 2 integration points, not
+    10): for tests of what an edit changes, not how well."""
+    return {
+        method: {
+            key: min(value, 2) if key in STEP_KEYS else value
+            for key, value in values.items()
+        }
+        for method, values in hparams.items()
+    }
 
 
 def summarise(lm, method: str, requests, deltas, probes) -> tuple[float, float]:
@@ -123,7 +133,7 @@ def test_apply_and_revert_restore_the_base_weights_for_every_method(
     base = {name: tensor.clone() for name, tensor in lm.model.state_dict().items()}
     request = demo[0]
     for method in method_names():
-        (delta,) = edit_each(lm, method, [request], hparams, context)
+        (delta,) = edit_each(lm, method, [request], few_steps(hparams), context)
         for name, tensor in lm.model.state_dict().items():
             assert torch.equal(tensor, base[name]), f"{method} left {name} changed"
         save_delta(delta, tmp_path / f"{method}.safetensors")
@@ -192,7 +202,7 @@ def test_ft_l_respects_its_norm_bound(lm, demo, hparams, context):
 
 @pytest.mark.model
 def test_kn_moves_only_its_neurons_towards_the_new_answer(lm, demo, hparams, context):
-    (delta,) = edit_each(lm, "KN", [demo[0]], short_kn(hparams), context)
+    (delta,) = edit_each(lm, "KN", [demo[0]], few_steps(hparams), context)
     assert delta.params
     neurons = 0
     for name, change in delta.params.items():
@@ -242,7 +252,7 @@ def test_an_injected_claim_without_an_old_answer_is_edited(
     )
     pool = [claim, *demo[:8]]
     context = EditContext(stats_dir=stats_dir, pool=pool)
-    (kn,) = edit_each(lm, "KN", [claim], short_kn(hparams), context)
+    (kn,) = edit_each(lm, "KN", [claim], few_steps(hparams), context)
     assert kn.params and kn.meta["neurons"] != "0"
     (ike,) = edit_each(lm, "IKE", [demo[0]], hparams, context)
     assert "None" not in ike.prefix
