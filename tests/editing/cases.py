@@ -61,6 +61,22 @@ def project_hparams(profile: str = "fast") -> dict[str, dict]:
     }
 
 
+# each method's optimisation steps (KN: integration points) by its hparams key
+STEP_KEYS = ("v_num_grad_steps", "num_steps", "n_iter", "steps")
+
+
+def few_steps(hparams: dict[str, dict]) -> dict[str, dict]:
+    """Every method with at most 2 optimisation steps (KN: 2 integration points, not
+    10): for tests of what an edit changes, not how well."""
+    return {
+        method: {
+            key: min(value, 2) if key in STEP_KEYS else value
+            for key, value in values.items()
+        }
+        for method, values in hparams.items()
+    }
+
+
 def output_change_at_key(
     lm: LoadedModel, delta: Delta, request: EditRequest, templates: list[str]
 ) -> torch.Tensor:

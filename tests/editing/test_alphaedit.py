@@ -13,7 +13,7 @@ from kebench.editing.registry import get_method
 from kebench.editing.runner import make_job, run_job
 from kebench.editing.stats import second_moments
 from kebench.editing.store import DeltaStore
-from tests.editing.cases import demo_requests, project_hparams
+from tests.editing.cases import demo_requests, few_steps, project_hparams
 
 
 def test_the_projector_keeps_the_directions_below_the_threshold():
@@ -31,7 +31,8 @@ def test_the_projector_keeps_the_directions_below_the_threshold():
 
 @pytest.fixture(scope="module")
 def hparams() -> dict:
-    return project_hparams()["AlphaEdit"]
+    """AlphaEdit's with 2 value steps: the projection, not the values, is tested."""
+    return few_steps(project_hparams())["AlphaEdit"]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_the_update_leaves_ordinary_texts_principal_keys_unchanged(
     principal = eigenvectors[:, eigenvalues > 2 * hparams["nullspace_threshold"]]
     assert principal.shape[1] > 10  # noqa: PLR2004 - a real test: C has such keys
     memit_values = {
-        k: v for k, v in project_hparams()["MEMIT"].items() if k != "layers"
+        k: v for k, v in few_steps(project_hparams())["MEMIT"].items() if k != "layers"
     } | {"layers": hparams["layers"]}
     moved = {}
     for method, values in (("AlphaEdit", hparams), ("MEMIT", memit_values)):

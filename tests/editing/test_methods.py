@@ -21,6 +21,7 @@ from kebench.editing.requests import EditRequest
 from kebench.editing.rewrite import context_templates, flatten
 from tests.editing.cases import (
     demo_requests,
+    few_steps,
     mquake_requests,
     output_change_at_key,
     project_hparams,
@@ -51,22 +52,6 @@ def edit_each(lm, method: str, requests, hparams, context) -> list[Delta]:
     entry = get_method(method)
     parsed = entry.hparams.from_dict(hparams[method])
     return [entry.compute(lm, [request], parsed, context) for request in requests]
-
-
-# each method's optimisation steps (KN: integration points) by its hparams key
-STEP_KEYS = ("v_num_grad_steps", "num_steps", "n_iter", "steps")
-
-
-def few_steps(hparams: dict[str, dict]) -> dict[str, dict]:
-    """Every method with at most 2 optimisation steps (KN: 2 integration points, not
-    10): for tests of what an edit changes, not how well."""
-    return {
-        method: {
-            key: min(value, 2) if key in STEP_KEYS else value
-            for key, value in values.items()
-        }
-        for method, values in hparams.items()
-    }
 
 
 def summarise(lm, method: str, requests, deltas, probes) -> tuple[float, float]:
