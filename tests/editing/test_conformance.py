@@ -102,9 +102,12 @@ def reference() -> Reference:
 
 
 @cache
-def stored(method: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """EasyEdit's outputs for ``method``: the record and its tensors."""
-    name = method.lower()
+def stored(
+    method: str, machine: str = ""
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """EasyEdit's outputs for ``method``: the record and its tensors (``machine``: the
+    suffix of those stored on another kind of CPU, ``WISE_MACHINES``)."""
+    name = method.lower() + machine
     record = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
     tensors = DATA / f"{name}.safetensors"
     return record, load_file(tensors) if tensors.is_file() else {}
@@ -402,32 +405,31 @@ def side_memory_gaps(lm, ours: Delta, edit: dict, index: str, tensors) -> dict:
     }
 
 
-@pytest.mark.model
-def test_wise_matches_easyedits_side_memory(lm, context, tmp_path):
-    """Each edit alone (a fresh shard) and the three as a stream, each going on with
-    the shard the ones before trained: the context templates kebench makes are the
-    ones EasyEdit made; each shard's change of the weight equals EasyEdit's (its
-    stored sketches and norm, to float tolerance) with the same threshold; and the
-    post-edit log-prob is within 1e-3 of the one EasyEdit's own adapter gave."""
-    record, tensors = stored("WISE")
-    own = replace(context, context_templates=None, cache={})
-    assert context_templates(lm, own) == record["context_templates"]
+# WISE's SGD (lr 0.9, hinge margins, an early stop) carries the last bits of a CPU's
+# float kernels into its shard: EasyEdit's outputs stored on two kinds of CPU (the
+# first session's, and an AVX-512/AMX Xeon) differ by 5 % there, while kebench equals
+# EasyEdit bit for bit on each. kebench must equal one of them to float tolerance.
+WISE_MACHINES = ("", "-amx")
+
+
+def wise_failures(lm, ours, stream, machine: str) -> list[dict]:
+    """The edits where kebench's side memories (each edit alone, then the stream)
+    differ from EasyEdit's stored on ``machine``."""
+    record, tensors = stored("WISE", machine)
     rows = []
-    for index, (request, edit) in enumerate(
-        zip(reference().requests, record["edits"], strict=True)
+    requests = reference().requests
+    for index, (request, delta, edit) in enumerate(
+        zip(requests, ours, record["edits"], strict=True)
     ):
-        ours = kebench_edit(lm, "WISE", request, own)
         rows.append(
             {
                 "case_id": request.case_id,
-                **side_memory_gaps(lm, ours, edit, str(index), tensors),
-                "logprob_diff": logprob_after(lm, ours, request) - edit["logprob_new"],
+                **side_memory_gaps(lm, delta, edit, str(index), tensors),
+                "logprob_diff": logprob_after(lm, delta, request) - edit["logprob_new"],
             }
         )
-    job = make_job("WISE", kebench_hparams(record), "sequential", "WISE")
-    stream = stream_deltas(lm, reference().requests, job, tmp_path, own)
     for done, (request, edit) in enumerate(
-        zip(reference().requests, record["sequential"], strict=True), start=1
+        zip(requests, record["sequential"], strict=True), start=1
     ):
         rows.append(
             {
@@ -439,13 +441,32 @@ def test_wise_matches_easyedits_side_memory(lm, context, tmp_path):
                 - edit["logprob_new"],
             }
         )
-    failed = [
+    return [
         r
         for r in rows
         if max(r["shards"], r.get("thresholds", 0)) > FLOAT_RTOL
         or abs(r["logprob_diff"]) > LOGPROB_EQUAL
     ]
-    assert not failed, f"WISE differs from EasyEdit's: {failed}"
+
+
+@pytest.mark.model
+def test_wise_matches_easyedits_side_memory(lm, context, tmp_path):
+    """Each edit alone (a fresh shard) and the three as a stream, each going on with
+    the shard the ones before trained: the context templates kebench makes are the
+    ones EasyEdit made; each shard's change of the weight equals EasyEdit's (its
+    stored sketches and norm, to float tolerance) with the same threshold; and the
+    post-edit log-prob is within 1e-3 of the one EasyEdit's own adapter gave, on one
+    of the CPUs EasyEdit's outputs were stored on."""
+    record, _ = stored("WISE")
+    own = replace(context, context_templates=None, cache={})
+    assert context_templates(lm, own) == record["context_templates"]
+    ours = [kebench_edit(lm, "WISE", r, own) for r in reference().requests]
+    job = make_job("WISE", kebench_hparams(record), "sequential", "WISE")
+    stream = stream_deltas(lm, reference().requests, job, tmp_path, own)
+    failures = {m: wise_failures(lm, ours, stream, m) for m in WISE_MACHINES}
+    assert any(not f for f in failures.values()), (
+        f"WISE differs from EasyEdit's on every stored CPU: {failures}"
+    )
 
 
 @pytest.mark.model
