@@ -10,7 +10,7 @@ memories. The scorer answers each probe's question in MeLLo's steps against that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext, HyperParams
@@ -34,12 +34,8 @@ class MeLLoHyperParams(HyperParams):
     max_new_tokens: int = 64
 
     def settings(self) -> MelloSettings:
-        return MelloSettings(
-            retriever=self.retriever,
-            retriever_model=self.retriever_model,
-            max_hops=self.max_hops,
-            max_new_tokens=self.max_new_tokens,
-        )
+        # the same fields: the hparams are the scorer's settings as a YAML file holds them
+        return MelloSettings(**asdict(self))
 
 
 @register("MeLLo", MeLLoHyperParams, batchable=True)
