@@ -16,8 +16,9 @@ import torch
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from kebench.editing.delta import Delta
+from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.context import PromptContext
-from kebench.scoring.evaluate import edited_scores, score_pass
+from kebench.scoring.evaluate import ScoringSettings, edited_scores, score_pass
 from kebench.scoring.mello import (
     DEMONSTRATIONS,
     FINAL,
@@ -28,6 +29,7 @@ from kebench.scoring.mello import (
     read_step,
     retrieval_lines,
 )
+from kebench.scoring.tamper import audit_edits, audit_probes
 from tests.helpers import plain_logprob
 from tests.models.tiny import sentencepiece_tokenizer
 
@@ -305,3 +307,79 @@ def test_a_sentence_transformers_retriever_takes_the_most_similar_sentence(
     cosine = mean_pooled(tiny_encoder, queries) @ mean_pooled(tiny_encoder, MEMORY).T
     expected = [MEMORY[int(i)] for i in cosine.argmax(dim=1)]
     assert Retriever(MEMORY, settings).nearest(queries) == expected
+
+
+@pytest.mark.model
+def test_the_tamper_audit_asks_a_memory_edit_each_facts_question(lm):
+    """The audit of a MeLLo edit scores each audited fact after MeLLo's run of its
+    question (an atomic consequence, which has none: of its cloze), as a plain forward
+    pass after the demonstrations and that run gives."""
+    settings = MelloSettings(max_hops=1, max_new_tokens=24)
+    delta = Delta(memory=[MEMORY[0]], meta={"mello": settings.to_json()})
+    probes = pd.DataFrame(
+        {
+            "probe_id": ["c0/d", "c1/d"],
+            "case_id": ["c0", "c1"],
+            "probe_type": ["direct", "direct"],
+            "prompt": ["The capital of France is", "Barack Obama is a citizen of"],
+            "question": [QUESTIONS[0], "Of which country is Obama a citizen?"],
+            "answer_old": ["Paris", "the United States"],
+            "answer_new": ["Lyon", "Kenya"],
+        }
+    )
+    facts = pd.DataFrame(
+        {
+            "fact_id": ["c0/f0"],
+            "case_id": ["c0"],
+            "subject_label": ["Lyon"],
+            "relation": ["country"],
+            "answer_old": ["Italy"],
+            "answer_new": ["France"],
+        }
+    )
+    verbaliser = Verbaliser(templates={"country": {"noun": "country"}})
+    audited = audit_probes(probes, facts, ["c0", "c1"], verbaliser)
+    base = pd.DataFrame(
+        {
+            "lp_old": [-1.0, -2.0],
+            "lp_new": [-5.0, -6.0],
+            "n_tokens_old": [1, 3],
+            "n_tokens_new": [1, 1],
+        },
+        index=["c0/d", "c1/d"],
+    )
+    audit = audit_edits(
+        lm,
+        audited,
+        base,
+        [("MeLLo", "c0", delta)],
+        ["c0", "c1"],
+        negatives=1,
+        seed=0,
+        settings=ScoringSettings(),
+    )
+    asked = {
+        "c0/d": (QUESTIONS[0], probes.iloc[0]),
+        "c1/d": (probes["question"][1], probes.iloc[1]),
+        "c0/f0/atomic": ("The country of Lyon is", facts.iloc[0]),
+    }
+    runs = answer_questions(
+        lm, [question for question, _ in asked.values()], [MEMORY[0]], settings
+    )
+    lp = {
+        (probe_id, side): plain_logprob(
+            lm, DEMONSTRATIONS + run.transcript, row[f"answer_{side}"]
+        )
+        for (probe_id, (_, row)), run in zip(asked.items(), runs, strict=True)
+        for side in ("old", "new")
+    }
+    by_fact = audit.set_index("fact_case_id")
+    assert by_fact["edited"].to_dict() == {"c0": True, "c1": False}
+    for case in ("c0", "c1"):
+        margin = lp[(f"{case}/d", "new")] - lp[(f"{case}/d", "old")]
+        assert by_fact.loc[case, "margin"] == pytest.approx(margin, abs=2e-3)
+    asserted, other = (
+        ("new", "old") if by_fact.loc["c0", "margin"] > 0 else ("old", "new")
+    )
+    violation = lp[("c0/f0/atomic", other)] - lp[("c0/f0/atomic", asserted)]
+    assert by_fact.loc["c0", "rule_violation"] == pytest.approx(violation, abs=2e-3)

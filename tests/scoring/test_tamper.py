@@ -112,6 +112,7 @@ def test_atomic_probes_ask_each_consequence_about_its_own_subject():
             ],
             "answer_old": ["USA", "USA", "y"],
             "answer_new": ["Canada", "Canada", "z"],
+            "question": ["Of which country is Obama a citizen?", None, "x?"],
         }
     )
     facts = pd.DataFrame(
@@ -132,6 +133,12 @@ def test_atomic_probes_ask_each_consequence_about_its_own_subject():
     audit = audit_probes(probes, facts, pool, verbaliser)
     assert list(audit["kind"]) == ["direct", "chained", "atomic"]  # duplicates merged
     assert audit["prompt"].iloc[-1] == "The country of citizenship of Michelle Obama is"
+    # each probe keeps its question (a memory-based edit is asked it); atomic has none
+    assert [q if isinstance(q, str) else None for q in audit["question"]] == [
+        "Of which country is Obama a citizen?",
+        None,
+        None,
+    ]
 
 
 def test_auroc_table_per_detector_and_roc_plot():

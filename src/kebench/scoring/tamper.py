@@ -102,6 +102,8 @@ def audit_probes(
             ],
             "answer_old": facts["answer_old"],
             "answer_new": facts["answer_new"],
+            # no question of its own: a memory-based edit (MeLLo) is asked the cloze
+            "question": None,
             "kind": "atomic",
         }
     )
