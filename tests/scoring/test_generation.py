@@ -55,6 +55,31 @@ def test_batched_answers_are_the_greedy_answers_of_each_prompt(lm):
         assert answer.stop == ("eos" if ended else "cap")
 
 
+@pytest.mark.model
+def test_an_input_asked_twice_is_generated_once_and_answered_alike(lm):
+    settings = GenerationSettings(
+        context="prompt", stop_strings=(), max_new_tokens=4, batch_size=4
+    )
+    texts = [QUESTIONS[1], QUESTIONS[0], QUESTIONS[1]]
+    prefilled = []
+
+    def count(_module, _args, kwargs):
+        cache = kwargs.get("cache")
+        if cache is None or cache.get_seq_length() == 0:
+            prefilled.extend(kwargs["input_ids"].tolist())
+
+    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        answers = generate_answers(lm, texts, settings)
+    finally:
+        hook.remove()
+    assert len(prefilled) == 2  # the two distinct texts, one row each
+    assert answers[0] == answers[2]
+    tokens = greedy_by_hand(lm, QUESTIONS[1], 4)
+    assert answers[2].n_tokens == len(tokens)
+    assert answers[2].raw == lm.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
 # an in-context edit's prefix of IKE's form: it ends in a space, which the text after it
 # takes into its first token
 IKE_PREFIX = (

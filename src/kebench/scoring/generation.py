@@ -125,17 +125,20 @@ def generate_answers(
     tokenizer = lm.tokenizer
     # the chat template already holds the special tokens
     special = settings.context != "chat"
-    rows = [
-        list(
+    inputs = [
+        tuple(
             tokenizer(
                 prefix + model_input(lm, text, settings), add_special_tokens=special
             )["input_ids"]
         )
         for text in texts
     ]
+    # an input asked more than once (a locality prompt several cases share) is
+    # answered once
+    rows = [list(row) for row in dict.fromkeys(inputs)]
     cached = shared_prefix(lm.model, tokenizer, prefix, rows, special)
     skip = len(cached) if cached is not None else 0
-    answers: dict[int, Generation] = {}
+    answers: dict[tuple[int, ...], Generation] = {}
     for batch in length_batches([len(r) for r in rows], settings.batch_size):
         tails = [rows[i][skip:] for i in batch]
         ids, mask, positions, _ = pad_batch(tails, padding_id(tokenizer), "left")
@@ -157,8 +160,10 @@ def generate_answers(
         )
         width = ids.shape[1]
         for index, row in zip(batch, generated, strict=True):
-            answers[index] = _answer(row[width:].tolist(), tokenizer, settings)
-    return [answers[i] for i in range(len(rows))]
+            answers[tuple(rows[index])] = _answer(
+                row[width:].tolist(), tokenizer, settings
+            )
+    return [answers[row] for row in inputs]
 
 
 def wild_match(text: str, answer: str, aliases: Sequence[str] = ()) -> float:
