@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.project import PROJECT_ROOT
@@ -19,6 +20,7 @@ from kebench.scoring.drift import (
     edit_drift,
     general_sets,
     mean_kl,
+    measure_capability,
     next_token_logprobs,
     nq_probes,
     probe_accuracy,
@@ -430,5 +432,19 @@ def test_a_rome_edit_drifts_and_an_empty_one_does_not(lm, rome_delta):
     assert all(
         torch.equal(a, b) for a, b in zip(before, lm.model.parameters(), strict=True)
     )
-    still = edit_drift(lm, sets, base, {"none": [(["c2"], [])]}).iloc[0]
-    assert still["kl"] == 0.0 and still["ppl_edit"] == still["ppl_base"]
+    # measuring the unedited model again gives its measures exactly
+    again = measure_capability(lm, sets, "", 8)
+    assert again.perplexity == base.perplexity and again.accuracy == base.accuracy
+    assert mean_kl(base.next_token, again.next_token) == 0.0
+    # a memory alone (MeLLo) changes no forward pass: not measured again, no drift
+    forwards = []
+    hook = lm.model.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        memory = Delta(memory=["The capital of France is Lyon"])
+        groups = {"none": [(["c2"], [])], "MeLLo": [(["c3"], [memory])]}
+        still = edit_drift(lm, sets, base, groups)
+    finally:
+        hook.remove()
+    assert forwards == []
+    assert (still["kl"] == 0.0).all()
+    assert (still["ppl_edit"] == still["ppl_base"]).all()

@@ -141,6 +141,12 @@ class Delta:
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
 
+    @property
+    def changes_forward(self) -> bool:
+        """Whether applying it changes a forward pass over a text: weights, hooks or a
+        prefix. A memory alone changes only what MeLLo's loop retrieves."""
+        return bool(self.params or self.prefix or self.codebooks or self.side_memories)
+
     def label(self) -> str:
         """How errors name this delta: its file, else its method and cases."""
         return self.origin or json.dumps(self.meta, sort_keys=True)

@@ -313,11 +313,17 @@ def edit_drift(
         for case_ids, deltas in tqdm(
             list(method_groups), desc=f"drift of {method}", unit="edit"
         ):
-            with ExitStack() as stack:
-                for delta in deltas:
-                    stack.enter_context(delta_applied(lm.model, delta))
-                # several IKE edits make one prefix, never glued ones
-                edited = measure_capability(lm, sets, joint_prefix(deltas), batch_size)
+            if not any(delta.changes_forward for delta in deltas):
+                # a memory alone (MeLLo) leaves the model as it was: measured once
+                edited = base
+            else:
+                with ExitStack() as stack:
+                    for delta in deltas:
+                        stack.enter_context(delta_applied(lm.model, delta))
+                    # several IKE edits make one prefix, never glued ones
+                    edited = measure_capability(
+                        lm, sets, joint_prefix(deltas), batch_size
+                    )
             row = {
                 "ppl_base": base.perplexity,
                 "ppl_edit": edited.perplexity,
