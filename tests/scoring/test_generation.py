@@ -40,6 +40,23 @@ def greedy_by_hand(lm, text: str, n_tokens: int) -> list[int]:
     return out
 
 
+def prefilled_rows(lm, call):
+    """``call()``'s result, and the token rows of every forward pass that starts its
+    sequences (no cache, or an empty one): the prompts the model was run on."""
+    rows = []
+
+    def record(_module, _args, kwargs):
+        cache = kwargs.get("cache")
+        if cache is None or cache.get_seq_length() == 0:
+            rows.extend(kwargs["input_ids"].tolist())
+
+    hook = lm.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        return call(), rows
+    finally:
+        hook.remove()
+
+
 @pytest.mark.model
 def test_batched_answers_are_the_greedy_answers_of_each_prompt(lm):
     settings = GenerationSettings(
@@ -61,18 +78,9 @@ def test_an_input_asked_twice_is_generated_once_and_answered_alike(lm):
         context="prompt", stop_strings=(), max_new_tokens=4, batch_size=4
     )
     texts = [QUESTIONS[1], QUESTIONS[0], QUESTIONS[1]]
-    prefilled = []
-
-    def count(_module, _args, kwargs):
-        cache = kwargs.get("cache")
-        if cache is None or cache.get_seq_length() == 0:
-            prefilled.extend(kwargs["input_ids"].tolist())
-
-    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
-    try:
-        answers = generate_answers(lm, texts, settings)
-    finally:
-        hook.remove()
+    answers, prefilled = prefilled_rows(
+        lm, lambda: generate_answers(lm, texts, settings)
+    )
     assert len(prefilled) == 2  # the two distinct texts, one row each
     assert answers[0] == answers[2]
     tokens = greedy_by_hand(lm, QUESTIONS[1], 4)
@@ -95,18 +103,9 @@ def test_a_prefix_runs_once_and_answers_are_the_greedy_answers_after_it(lm, cont
         context=context, stop_strings=(), max_new_tokens=8, batch_size=2
     )
     prefix_ids = lm.tokenizer(IKE_PREFIX)["input_ids"][:-1]
-    full_rows = []
-
-    def count(_module, _args, kwargs):
-        cache = kwargs.get("cache")
-        if cache is None or cache.get_seq_length() == 0:
-            full_rows.extend(kwargs["input_ids"].tolist())
-
-    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
-    try:
-        answers = generate_answers(lm, QUESTIONS, settings, IKE_PREFIX)
-    finally:
-        hook.remove()
+    answers, full_rows = prefilled_rows(
+        lm, lambda: generate_answers(lm, QUESTIONS, settings, IKE_PREFIX)
+    )
     assert [row[: len(prefix_ids)] for row in full_rows] == [prefix_ids]
     for question, answer in zip(QUESTIONS, answers, strict=True):
         text = IKE_PREFIX + model_input(lm, question, settings)

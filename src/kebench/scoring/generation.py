@@ -135,7 +135,8 @@ def generate_answers(
     ]
     # an input asked more than once (a locality prompt several cases share) is
     # answered once
-    rows = [list(row) for row in dict.fromkeys(inputs)]
+    distinct = list(dict.fromkeys(inputs))
+    rows = [list(row) for row in distinct]
     cached = shared_prefix(lm.model, tokenizer, prefix, rows, special)
     skip = len(cached) if cached is not None else 0
     answers: dict[tuple[int, ...], Generation] = {}
@@ -160,7 +161,7 @@ def generate_answers(
         )
         width = ids.shape[1]
         for index, row in zip(batch, generated, strict=True):
-            answers[tuple(rows[index])] = _answer(
+            answers[distinct[index]] = _answer(
                 row[width:].tolist(), tokenizer, settings
             )
     return [answers[row] for row in inputs]
