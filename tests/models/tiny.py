@@ -6,7 +6,8 @@ kebench's own loader, as a user's checkpoint folder would be. Quality is not wha
 test: module paths, weight layouts, tokenizer kinds and padding are.
 
 Tokenizers are real:
-    byte-level BPE (GPT-2, Llama-3, Qwen, OPT style): SmolLM2's, from its GGUF;
+    byte-level BPE (GPT-2, Llama-3, Qwen, OPT, OLMo 2, StarCoder2 style): SmolLM2's,
+        from its GGUF;
     SentencePiece (Llama-2, Mistral, Gemma, Phi-3 style): trained here, offline, with
         ``tokenizers`` on the demo's texts, in Llama-2's legacy mode: a "▁" is prepended
         to the text and every space becomes "▁", with BOS and no pad token.
@@ -67,6 +68,9 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "gemma2": ("sentencepiece", {**_GQA, "head_dim": 16}),
     "gemma3_text": ("sentencepiece", {**_GQA, "head_dim": 16}),
     "phi3": ("sentencepiece", _GQA),
+    # OLMo 2: norms after each sublayer, q/k norms; StarCoder2: GPT-2's c_fc/c_proj MLP
+    "olmo2": ("bpe", _GQA),
+    "starcoder2": ("bpe", _GQA),
     "opt": (
         "bpe",
         {
