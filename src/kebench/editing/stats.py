@@ -24,6 +24,10 @@ may be an imported statistic that took hours, so kebench does not overwrite it.
 A long accumulation checkpoints its partial sums (atomically) every
 ``checkpoint_every`` batches; a killed run resumes from the last checkpoint and gives
 a result identical to an uninterrupted run (the same additions in the same order).
+
+Both passes (sampling the corpus, accumulating) show a progress bar with its ETA, and,
+after their first batch, log one line with the time the pass will take at that batch's
+pace, so that a run that would take hours says so in its first seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -211,6 +216,39 @@ def read_provenance(file: Path) -> dict[str, Any]:
     return json.loads(metadata.get(PROVENANCE, "{}"))
 
 
+def _duration(seconds: float) -> str:
+    """``3 h 05 min``, ``4 min 10 s`` or ``12.3 s``."""
+    minute, hour = 60, 3600
+    if seconds >= hour:
+        return f"{int(seconds // hour)} h {int(seconds % hour // minute):02d} min"
+    if seconds >= minute:
+        return f"{int(seconds // minute)} min {int(seconds % minute)} s"
+    return f"{seconds:.1f} s"
+
+
+def paced_batches(batches: range, desc: str) -> Iterator[int]:
+    """``batches`` (indices from ``batches.start``, the first not done yet) under a
+    progress bar; after the first, while others remain, one INFO line: the pass's
+    estimated time, the first batch's seconds times the batches left (the bar's ETA
+    then follows the running mean)."""
+    started = time.perf_counter()
+    bar = tqdm(
+        batches, initial=batches.start, total=batches.stop, desc=desc, unit="batch"
+    )
+    for number, batch in enumerate(bar):
+        yield batch
+        if number == 0 and len(batches) > 1:
+            first = time.perf_counter() - started
+            logger.info(
+                "%s: the first batch took %s; at that pace the %d batches left take "
+                "about %s",
+                desc,
+                _duration(first),
+                len(batches) - 1,
+                _duration(first * (len(batches) - 1)),
+            )
+
+
 def _batch_seed(seed: int, batch: int) -> int:
     """A seed of its own for each batch of sampled texts, so that an interrupted
     sampling resumes at a batch and gives the texts an uninterrupted one would."""
@@ -229,13 +267,7 @@ def sample_texts(
     devices = [lm.device] if lm.device.type == "cuda" else []
     batches = range(len(texts) // SAMPLE_BATCH, -(-n_samples // SAMPLE_BATCH))
     with torch.random.fork_rng(devices=devices):
-        for batch in tqdm(
-            batches,
-            initial=batches.start,
-            total=batches.stop,
-            desc=f"covariance corpus ({n_samples} texts)",
-            unit="batch",
-        ):
+        for batch in paced_batches(batches, f"covariance corpus ({n_samples} texts)"):
             torch.manual_seed(_batch_seed(seed, batch))
             start = batch * SAMPLE_BATCH
             count = min(SAMPLE_BATCH, n_samples - start)
@@ -416,18 +448,12 @@ def accumulate_moments(  # noqa: PLR0913 - the accumulation and its checkpoints
 
     for path in paths:
         handles.append(get_module(lm.model, path).register_forward_hook(hook_for(path)))
-    starts = range(done, len(texts), BATCH_SIZE)
+    batches = range(done // BATCH_SIZE, -(-len(texts) // BATCH_SIZE))
     try:
-        for number, start in enumerate(
-            tqdm(
-                starts,
-                initial=done // BATCH_SIZE,
-                total=-(-len(texts) // BATCH_SIZE),
-                desc="covariance",
-                unit="batch",
-            ),
-            start=1,
+        for number, batch_index in enumerate(
+            paced_batches(batches, f"covariance ({len(texts)} texts)"), start=1
         ):
+            start = batch_index * BATCH_SIZE
             sequences = [
                 ids[:max_tokens]
                 for ids in lm.tokenizer(list(texts[start : start + BATCH_SIZE]))[
