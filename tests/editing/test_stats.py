@@ -185,8 +185,8 @@ def test_a_statistic_of_another_corpus_is_refused(lm, tmp_path):
 def test_each_pass_logs_its_estimated_time_after_its_first_batch(lm, tmp_path, caplog):
     """A tiny Llama folder's statistic over 130 texts it writes (its SentencePiece
     vocabulary is small, so sampling is quick): sampling is 3 batches of 64 texts,
-    accumulating 9 of 16; each pass's estimate comes after its first batch, names the
-    batches left (2 and 8), and comes before the statistic is cached."""
+    accumulating 9 of 16; each pass's estimate comes after its first batch, counts its
+    batches, and comes before the statistic is cached."""
     tiny = load_checkpoint(build_checkpoint("llama", tmp_path / "llama", lm.tokenizer))
     options = {
         "dataset": "model_samples",
@@ -204,14 +204,14 @@ def test_each_pass_logs_its_estimated_time_after_its_first_batch(lm, tmp_path, c
     sampling, corpus = first("Sampling 130 texts"), first("corpus (130 texts):")
     accumulation, cached = first("covariance (130 texts):"), first("Covariance of")
     assert sampling < corpus < accumulation < cached
-    assert "the 2 batches left" in lines[corpus]
-    assert "the 8 batches left" in lines[accumulation]
+    assert ": 3 batches, about " in lines[corpus]
+    assert ": 9 batches, about " in lines[accumulation]
     # a new run reads the file: no pass, no estimate
     caplog.clear()
     options["context"] = EditContext(tmp_path / "stats")
     with caplog.at_level("INFO", logger="kebench.editing.stats"):
         second_moments(tiny, ["model.layers.1.mlp.down_proj"], **options)
-    assert "batches left" not in caplog.text
+    assert "batches, about" not in caplog.text
 
 
 RESUMABLE_RUN = """

@@ -228,8 +228,8 @@ def _duration(seconds: float) -> str:
 
 def paced_batches(batches: range, desc: str) -> Iterator[int]:
     """``batches`` (indices from ``batches.start``, the first not done yet) under a
-    progress bar; after the first, while others remain, one INFO line: the pass's
-    estimated time, the first batch's seconds times the batches left (the bar's ETA
+    progress bar; after the first, when others follow, one INFO line: the pass's
+    estimated time, the first batch's seconds times this run's batches (the bar's ETA
     then follows the running mean)."""
     started = time.perf_counter()
     bar = tqdm(
@@ -240,12 +240,11 @@ def paced_batches(batches: range, desc: str) -> Iterator[int]:
         if number == 0 and len(batches) > 1:
             first = time.perf_counter() - started
             logger.info(
-                "%s: the first batch took %s; at that pace the %d batches left take "
-                "about %s",
+                "%s: %d batches, about %s in all at the first one's %s",
                 desc,
+                len(batches),
+                _duration(first * len(batches)),
                 _duration(first),
-                len(batches) - 1,
-                _duration(first * (len(batches) - 1)),
             )
 
 
