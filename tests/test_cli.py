@@ -62,6 +62,70 @@ def test_edits_prints_requests_and_probes_or_the_error(tmp_path):
     )
 
 
+RIPPLE_ONE = Path(__file__).parent / "kg" / "data" / "rippleedits" / "one"
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "n_probes"),
+    [
+        (
+            "popular",
+            (
+                "MOTHER",
+                "Leonardo DiCaprio",
+                "The name of the mother of {} is",
+                "Irmelin Indenbirken",
+                "Meryl Streep",
+            ),
+            4,
+        ),
+        (
+            "random",
+            (
+                "CAPITAL",
+                "Burkina Faso",
+                "The name of the capital city of {} is",
+                "Ouagadougou",
+                "Bobo-Dioulasso",
+            ),
+            3,
+        ),
+        (  # the recent example adds a fact: no old target
+            "recent",
+            (
+                "MEMBER_OF_SPORTS_TEAM",
+                "Kylian Mbappé",
+                "The name of the sports team which {} is a member of is",
+                None,
+                "Real Madrid CF",
+            ),
+            2,
+        ),
+    ],
+)
+def test_edits_reads_a_one_record_rippleedits_file(name, edit, n_probes):
+    result = CliRunner().invoke(
+        cli, ["edits", str(RIPPLE_ONE / f"{name}.json"), "--format", "rippleedits"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    (request,) = [line["edit_request"] for line in lines if "edit_request" in line]
+    fields = ("relation_id", "subject", "prompt", "target_true", "target_new")
+    assert tuple(request[field] for field in fields) == edit
+    assert len([line for line in lines if "probe" in line]) == n_probes
+
+
+def test_edits_names_the_rippleedits_record_whose_relation_it_cannot_phrase(tmp_path):
+    record = json.loads((RIPPLE_ONE / "random.json").read_text())[0]
+    for fact in (record["edit"], record["edit"]["original_fact"]):
+        fact["relation"] = "TWIN_CITY"
+    path = tmp_path / "twin.json"
+    path.write_text(json.dumps([record]))
+    result = CliRunner().invoke(cli, ["edits", str(path), "--format", "rippleedits"])
+    assert result.exit_code == 1
+    assert "twin.json: record #0: relation 'TWIN_CITY' is not in the" in result.output
+
+
 @pytest.mark.model
 @pytest.mark.server
 def test_serve_llm_answers_chat_completions_until_stopped():

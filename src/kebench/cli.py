@@ -6,10 +6,7 @@ import sys
 import click
 
 
-@click.group()
-@click.version_option(package_name="kebench")
-def cli() -> None:
-    """kebench: benchmark knowledge edits on their logical consequences."""
+def _log_to_stderr() -> None:
     # Results go to stdout (e.g. AMIE-format rules); logs must never mix into them.
     logging.basicConfig(
         level=logging.INFO,
@@ -17,6 +14,13 @@ def cli() -> None:
         format="%(levelname)s %(name)s: %(message)s",
         force=True,
     )
+
+
+@click.group()
+@click.version_option(package_name="kebench")
+def cli() -> None:
+    """kebench: benchmark knowledge edits on their logical consequences."""
+    _log_to_stderr()
 
 
 @cli.command("convert-kg")
@@ -214,7 +218,8 @@ def edits_command(file: str, edit_format: str, risk: str) -> None:
     A malformed file or record stops with an error naming the file and the record:
     check a file this way before a long run.
     """
-    import json  # noqa: PLC0415 - keeps --help fast
+    import contextlib  # noqa: PLC0415 - keeps --help fast
+    import json  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
     from kebench.kg.edit_cases import (  # noqa: PLC0415
@@ -226,12 +231,21 @@ def edits_command(file: str, edit_format: str, risk: str) -> None:
         parse_edit_cases,
     )
 
+    # importing Kedro's project sets its logging to stdout, and logs that there
+    with contextlib.redirect_stdout(sys.stderr):
+        from kebench.project import load_config  # noqa: PLC0415
+    _log_to_stderr()
+    # the project's relations, as a run parses with them (RippleEdits' phrases)
+    params = load_config({})["parameters"]
+    relations = RelationCatalog.from_config(
+        params["relations"], params["rippleedits_relations"]
+    )
     try:
         raw = RawEditCases(
             Path(file).stem, edit_format, risk, file, load_edit_case_file(file)
         )
-        requests = parse_edit_cases(raw, RelationCatalog({}, {}))
-        probes = dataset_probes(raw)
+        requests = parse_edit_cases(raw, relations)
+        probes = dataset_probes(raw, relations)
     except EditCaseError as error:
         raise click.ClickException(str(error)) from error
     for kind, frame in (("edit_request", requests), ("probe", probes)):

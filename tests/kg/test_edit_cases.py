@@ -18,6 +18,7 @@ from kebench.kg.edit_cases import (
     load_edit_case_files,
     parse_edit_cases,
 )
+from kebench.project import load_config
 
 RELATIONS = RelationCatalog.from_config(
     {
@@ -322,6 +323,13 @@ def test_mquake_v2_multihop_questions_carry_their_aliases():
     assert json.loads(first["aliases_new"]) == ["Tokyo Metropolis", "Tōkyō"]
 
 
+# the relations a run parses RippleEdits files with: the project's shipped tables
+PARAMETERS = load_config({})["parameters"]
+RIPPLE_RELATIONS = RelationCatalog.from_config(
+    PARAMETERS["relations"], PARAMETERS["rippleedits_relations"]
+)
+
+
 def ripple() -> RawEditCases:
     """The three RippleEdits test files as one source; nothing may be skipped."""
     files = [
@@ -340,8 +348,8 @@ def ripple() -> RawEditCases:
     )
 
 
-def test_rippleedits_edits_from_the_phrases_its_files_share():
-    requests = parse_edit_cases(ripple(), RELATIONS)
+def test_rippleedits_edits_of_three_files():
+    requests = parse_edit_cases(ripple(), RIPPLE_RELATIONS)
     assert list(requests["case_id"]) == [
         "ripple-popular-0",
         "ripple-popular-1",
@@ -354,7 +362,9 @@ def test_rippleedits_edits_from_the_phrases_its_files_share():
         "Haruki Murakami",
         "Ada Limón",
     ]
-    assert set(requests["prompt"]) == {"The citizenship of {} is"}
+    assert set(requests["prompt"]) == {
+        "The name of the country of citizenship of {} is"
+    }
     # the recent example adds a fact: it has no old target
     assert list(requests["target_true"].iloc[:3]) == [
         "United States of America",
@@ -363,67 +373,261 @@ def test_rippleedits_edits_from_the_phrases_its_files_share():
     ]
     assert pd.isna(requests["target_true"].iloc[3])
     assert list(requests["target_new"]) == ["Syria", "Brazil", "Kenya", "Ireland"]
+    assert set(requests["relation_id"]) == {"COUNTRY_OF_CITIZENSHIP"}
     assert requests.iloc[0]["relation_label"] == "country of citizenship"
 
 
-def recent_edit(tmp_path, prompt: str, own_queries: list[dict]) -> RawEditCases:
-    """The test files' popular and random examples (for the phrases) beside one recent
-    example that adds the fact ``prompt`` and has ``own_queries`` as conditions."""
-    records = [
-        record
-        for name in ("popular", "random")
-        for record in json.loads((DATA / "rippleedits" / f"{name}.json").read_text())
-    ]
-    records.append(
-        {
-            "example_type": "recent",
-            "edit": {
-                "prompt": prompt,
-                "subject_id": "Q1",
-                "relation": "COUNTRY_OF_CITIZENSHIP",
-                "target_id": "Q27",
-            },
-            "Forgetfulness": [{"test_queries": [], "condition_queries": own_queries}],
-        }
+def one_record(name: str) -> RawEditCases:
+    """One of the hand-written 1-record files in RippleEdits' published schema."""
+    return read("rippleedits", f"rippleedits/one/{name}.json")
+
+
+def test_rippleedits_relation_of_the_table_reads_from_one_record():
+    # one subject of CAPITAL in the whole file: only the table knows its phrase
+    (row,) = parse_edit_cases(one_record("random"), RIPPLE_RELATIONS).to_dict("records")
+    assert row["case_id"] == "src-random-0"
+    assert (row["subject"], row["prompt"]) == (
+        "Burkina Faso",
+        "The name of the capital city of {} is",
     )
-    path = tmp_path / "recent.json"
+    assert (row["target_true"], row["target_new"]) == ("Ouagadougou", "Bobo-Dioulasso")
+    # the relation keeps RippleEdits' name; its label is relations.yml's of P36
+    assert (row["relation_id"], row["relation_label"]) == ("CAPITAL", "capital")
+
+
+def test_rippleedits_one_record_of_each_file_and_its_probes():
+    popular = one_record("popular")
+    (edit,) = parse_edit_cases(popular, RIPPLE_RELATIONS).to_dict("records")
+    assert (edit["subject"], edit["prompt"], edit["relation_label"]) == (
+        "Leonardo DiCaprio",
+        "The name of the mother of {} is",
+        "mother",  # P25 is not in relations.yml: the name in words
+    )
+    assert (edit["target_true"], edit["target_new"]) == (
+        "Irmelin Indenbirken",
+        "Meryl Streep",
+    )
+    probes = dataset_probes(popular, RIPPLE_RELATIONS)
+    assert list(probes["probe_type"]) == [
+        "locality",
+        "paraphrase",
+        "entailed",
+        "multihop",
+    ]
+    # the alias asks the edit itself: its old target comes from the table's phrase
+    assert probes_of(probes, "src-popular-0", "paraphrase") == [
+        (
+            "The name of the mother of Leo DiCaprio is",
+            "Irmelin Indenbirken",
+            "Meryl Streep",
+            "Subject_Aliasing",
+        )
+    ]
+    assert probes_of(probes, "src-popular-0", "multihop") == [
+        (
+            "The place of birth of the mother of Leonardo DiCaprio is",
+            None,
+            "Summit",
+            "Compositionality_I",
+        )
+    ]
+    # the recent example adds a fact; the phrase's words after the subject occur
+    # once in its sentence, so no query of the example needs to restate the edit
+    recent = one_record("recent")
+    (added,) = parse_edit_cases(recent, RIPPLE_RELATIONS).to_dict("records")
+    assert (added["subject"], added["prompt"], added["relation_id"]) == (
+        "Kylian Mbappé",
+        "The name of the sports team which {} is a member of is",
+        "MEMBER_OF_SPORTS_TEAM",
+    )
+    assert pd.isna(added["target_true"]) and added["target_new"] == "Real Madrid CF"
+    assert probes_of(
+        dataset_probes(recent, RIPPLE_RELATIONS), "src-recent-0", "paraphrase"
+    ) == [
+        (
+            "The name of the sports team which Kylian Mbappé Lottin is a member of is",
+            None,
+            "Real Madrid CF",
+            "Subject_Aliasing",
+        )
+    ]
+
+
+def ripple_file(tmp_path, records: list[dict]) -> RawEditCases:
+    path = tmp_path / "ripple.json"
     path.write_text(json.dumps(records))
-    return RawEditCases("r", "rippleedits", "counterfactual", str(path), records)
+    return read_path("rippleedits", path)
+
+
+def first_record(name: str) -> dict:
+    return json.loads((DATA / "rippleedits" / "one" / f"{name}.json").read_text())[0]
+
+
+def test_rippleedits_prompt_off_the_table_phrase_names_the_record(tmp_path):
+    record = first_record("random")
+    record["edit"]["prompt"] = "The capital of Burkina Faso is Bobo-Dioulasso."
+    with pytest.raises(
+        EditCaseError,
+        match=r"ripple\.json: record #0: cannot find the subject in 'The capital of "
+        r"Burkina Faso is Bobo-Dioulasso\.' with its relation's phrase "
+        r"'The name of the capital city of ' \.\.\. ' is'",
+    ):
+        parse_edit_cases(ripple_file(tmp_path, [record]), RIPPLE_RELATIONS)
+
+
+def test_rippleedits_replaced_fact_needs_its_original_fact(tmp_path):
+    # a random example that names its old fact otherwise would lose its old target
+    record = first_record("random")
+    record["edit"]["previous_fact"] = record["edit"].pop("original_fact")
+    with pytest.raises(
+        EditCaseError,
+        match=r"ripple\.json: record #0: a random example replaces a fact, but its "
+        r"edit has no 'original_fact'",
+    ):
+        parse_edit_cases(ripple_file(tmp_path, [record]), RIPPLE_RELATIONS)
+
+
+def nominated(subject_id: str, subject: str, award: str) -> dict:
+    """A plain query of NOMINATED_FOR, a relation the table does not have."""
+    return {
+        "prompt": f"The award {subject} was nominated for is",
+        "answers": [{"value": award, "aliases": []}],
+        "query_type": "regular",
+        "subject_id": subject_id,
+        "relation": "NOMINATED_FOR",
+        "target_ids": ["Q1"],
+        "phrase": None,
+    }
+
+
+def nomination_edit(subjects: list[tuple[str, str]]) -> dict:
+    """A popular example editing Meryl Streep's NOMINATED_FOR, with plain queries of
+    that relation about ``subjects`` in its specificity tests."""
+    return {
+        "example_type": "popular",
+        "edit": {
+            "prompt": "The award Meryl Streep was nominated for is Golden Globe Award.",
+            "subject_id": "Q873",
+            "relation": "NOMINATED_FOR",
+            "target_id": "Q1011547",
+            "original_fact": {
+                "prompt": "The award Meryl Streep was nominated for is Academy Award.",
+                "subject_id": "Q873",
+                "relation": "NOMINATED_FOR",
+                "target_id": "Q19020",
+            },
+        },
+        "Relation_Specificity": [
+            {"test_queries": [nominated(qid, name, "Academy Award")]}
+            for qid, name in subjects
+        ],
+    }
+
+
+def test_rippleedits_relation_off_the_table_is_learnt_from_three_subjects(tmp_path):
+    record = nomination_edit(
+        [("Q873", "Meryl Streep"), ("Q2263", "Tom Hanks"), ("Q4679286", "Ada Limón")]
+    )
+    (row,) = parse_edit_cases(
+        ripple_file(tmp_path, [record]), RIPPLE_RELATIONS
+    ).to_dict("records")
+    assert (row["subject"], row["prompt"]) == (
+        "Meryl Streep",
+        "The award {} was nominated for is",
+    )
+    assert (row["target_true"], row["target_new"]) == (
+        "Academy Award",
+        "Golden Globe Award",
+    )
+    assert row["relation_label"] == "nominated for"
+
+
+def test_rippleedits_relation_off_the_table_with_too_few_subjects_names_the_record(
+    tmp_path,
+):
+    record = nomination_edit([("Q873", "Meryl Streep"), ("Q2263", "Tom Hanks")])
+    with pytest.raises(
+        EditCaseError,
+        match=r"ripple\.json: record #0: relation 'NOMINATED_FOR' is not in the "
+        r"rippleedits_relations table and has plain queries of fewer than 3 subjects",
+    ):
+        parse_edit_cases(ripple_file(tmp_path, [record]), RIPPLE_RELATIONS)
+
+
+def test_rippleedits_label_is_that_of_the_tables_wikidata_id():
+    catalog = RelationCatalog.from_config(
+        {"P36": {"label": "capital city"}},
+        {"CAPITAL": {"wikidata": "P36", "phrase": "The capital of {} is"}},
+    )
+    assert catalog.ripple_label("CAPITAL") == "capital city"
+    assert catalog.ripple_label("CAPITAL_OF") == "capital of"
+
+
+@pytest.mark.parametrize("phrase", ["The capital is", "The capital of {}", "{} {} is"])
+def test_rippleedits_table_phrase_needs_its_subject_once_and_text_after(phrase):
+    with pytest.raises(ValueError, match=r"rippleedits_relations\.CAPITAL: phrase"):
+        RelationCatalog.from_config(
+            {}, {"CAPITAL": {"wikidata": "P36", "phrase": phrase}}
+        )
+
+
+def recent_edit(tmp_path, prompt: str, own_queries: list[dict]) -> RawEditCases:
+    """One recent example that adds the fact ``prompt`` and has ``own_queries`` as
+    conditions."""
+    record = {
+        "example_type": "recent",
+        "edit": {
+            "prompt": prompt,
+            "subject_id": "Q1",
+            "relation": "COUNTRY_OF_CITIZENSHIP",
+            "target_id": "Q27",
+        },
+        "Forgetfulness": [{"test_queries": [], "condition_queries": own_queries}],
+    }
+    return ripple_file(tmp_path, [record])
 
 
 def test_rippleedits_added_fact_subject_from_its_own_query(tmp_path):
     # "is" is the phrase's last word and also inside the subject: the example's query
     # of the subject tells where the subject ends
     query = {
-        "prompt": "The citizenship of Tom is Here is",
+        "prompt": "The name of the country of citizenship of Tom is Here is",
         "answers": [{"value": "Ireland", "aliases": []}],
         "query_type": "regular",
         "subject_id": "Q1",
         "relation": "COUNTRY_OF_CITIZENSHIP",
         "phrase": None,
     }
-    raw = recent_edit(tmp_path, "The citizenship of Tom is Here is Ireland.", [query])
-    added = parse_edit_cases(raw, RELATIONS).iloc[-1]
+    raw = recent_edit(
+        tmp_path,
+        "The name of the country of citizenship of Tom is Here is Ireland.",
+        [query],
+    )
+    added = parse_edit_cases(raw, RIPPLE_RELATIONS).iloc[-1]
     assert (added["subject"], added["target_new"]) == ("Tom is Here", "Ireland")
     assert pd.isna(added["target_true"])
 
 
 def test_rippleedits_added_fact_without_its_subject_names_the_record(tmp_path):
-    raw = recent_edit(tmp_path, "The citizenship of Tom is Here is Ireland.", [])
+    raw = recent_edit(
+        tmp_path,
+        "The name of the country of citizenship of Tom is Here is Ireland.",
+        [],
+    )
     with pytest.raises(
         EditCaseError,
-        match=r"recent\.json: record #3: the edit adds a fact .* cannot be told apart",
+        match=r"ripple\.json: record #0: the edit adds a fact .* cannot be told apart",
     ):
-        parse_edit_cases(raw, RELATIONS)
+        parse_edit_cases(raw, RIPPLE_RELATIONS)
 
 
 def test_rippleedits_tests_become_probes():
-    probes = dataset_probes(ripple())
+    probes = dataset_probes(ripple(), RIPPLE_RELATIONS)
     first = probes[probes["case_id"] == "ripple-popular-0"].set_index("probe_type")
     assert tuple(
         first.loc["locality", ["text", "answer_old", "answer_new", "origin"]]
     ) == (
-        "The mother of Leonardo DiCaprio is named",
+        "The name of the mother of Leonardo DiCaprio is",
         "Irmelin Indenbirken",
         "Irmelin Indenbirken",
         "Relation_Specificity",
@@ -431,7 +635,7 @@ def test_rippleedits_tests_become_probes():
     assert json.loads(first.loc["locality", "aliases_old"]) == ["Irmelin DiCaprio"]
     # the alias asks the edit itself: old and new answer are the edit's
     assert tuple(first.loc["paraphrase", ["text", "answer_old", "answer_new"]]) == (
-        "The citizenship of Leo DiCaprio is",
+        "The name of the country of citizenship of Leo DiCaprio is",
         "United States of America",
         "Syria",
     )
@@ -448,21 +652,26 @@ def test_rippleedits_tests_become_probes():
         {
             "subject": "Q858",
             "relation": "CAPITAL",
-            "prompt": "The capital of Syria is",
+            "prompt": "The name of the capital city of Syria is",
             "answer": "Damascus",
             "aliases": [],
         },
         {
             "subject": "Q38111",
             "relation": "COUNTRY_OF_CITIZENSHIP",
-            "prompt": "The citizenship of Leonardo DiCaprio is",
+            "prompt": "The name of the country of citizenship of Leonardo DiCaprio is",
             "answer": "Syria",
             "aliases": [],
         },
     ]
     assert json.loads(first.loc["locality", "premises"]) == []
     assert probes_of(probes, "ripple-popular-1", "locality") == [
-        ("The citizenship of Marie Curie is", "France", "France", "Forgetfulness")
+        (
+            "The name of the country of citizenship of Marie Curie is",
+            "France",
+            "France",
+            "Forgetfulness",
+        )
     ]
     assert probes_of(probes, "ripple-random-0", "entailed") == [
         ("Haruki Murakami holds a passport of", None, "Kenya", "Logical_Generalization")
@@ -470,7 +679,7 @@ def test_rippleedits_tests_become_probes():
     # the added fact's two-hop query: the old answer is unknown, as for any two-hop
     assert probes_of(probes, "ripple-recent-0", "multihop") == [
         (
-            "The capital of the country Ada Limón is a citizen of is",
+            "The name of the capital city of the country of citizenship of Ada Limón is",
             None,
             "Dublin",
             "Compositionality_I",
@@ -479,14 +688,3 @@ def test_rippleedits_tests_become_probes():
     # condition queries are not probes
     assert len(probes) == 6  # noqa: PLR2004
     assert set(probes["style"]) == {"as_is"}
-
-
-def test_rippleedits_relation_seen_with_too_few_subjects_has_no_phrase(tmp_path):
-    record = json.loads((DATA / "rippleedits" / "popular.json").read_text())[0]
-    path = tmp_path / "one.json"
-    path.write_text(json.dumps([record]))
-    with pytest.raises(
-        EditCaseError,
-        match=r"one\.json: record #0: relation 'COUNTRY_OF_CITIZENSHIP' has plain queries of fewer than 3",
-    ):
-        parse_edit_cases(read_path("rippleedits", path), RELATIONS)

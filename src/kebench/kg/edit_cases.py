@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,25 +100,76 @@ def load_edit_case_files(
 
 
 @dataclass(frozen=True)
+class RelationPhrase:
+    """The text a RippleEdits relation puts before and after its subject."""
+
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class RippleRelation:
+    """A relation of RippleEdits' table (``rippleedits_relations`` parameters)."""
+
+    wikidata: str | None
+    phrase: RelationPhrase
+
+
+def _ripple_table(table: Mapping[str, Mapping[str, Any]]) -> dict[str, RippleRelation]:
+    """``rippleedits_relations``: ``{CAPITAL: {wikidata: P36, phrase: "... {} is"}}``."""
+    relations = {}
+    for name, spec in table.items():
+        before, subject, after = str(spec["phrase"]).partition("{}")
+        # text after the subject is what tells the subject from the target
+        if not subject or "{}" in after or not after.strip():
+            raise ValueError(
+                f"rippleedits_relations.{name}: phrase {spec['phrase']!r} must hold "
+                "{} (the subject) once, with text after it"
+            )
+        relations[name] = RippleRelation(
+            spec.get("wikidata"), RelationPhrase(before, after)
+        )
+    return relations
+
+
+@dataclass(frozen=True)
 class RelationCatalog:
-    """Relation ids, their labels, and the cloze prompts that identify them."""
+    """Relation ids, their labels, and the cloze prompts that identify them (the
+    ``by_prompt`` of flat datasets, RippleEdits' phrases in ``ripple``)."""
 
     labels: dict[str, str]
     by_prompt: dict[str, str]
+    ripple: dict[str, RippleRelation]
 
     @classmethod
-    def from_config(cls, relations: Mapping[str, Mapping[str, Any]]) -> RelationCatalog:
-        """Build from ``relations`` parameters: ``{P27: {label: ..., prompts: [...]}}``."""
+    def from_config(
+        cls,
+        relations: Mapping[str, Mapping[str, Any]],
+        rippleedits: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> RelationCatalog:
+        """Build from ``relations`` parameters (``{P27: {label: ..., prompts: [...]}}``)
+        and ``rippleedits_relations`` ones."""
         labels = {rid: spec.get("label", rid) for rid, spec in relations.items()}
         by_prompt = {
             prompt: rid
             for rid, spec in relations.items()
             for prompt in spec.get("prompts", [])
         }
-        return cls(labels, by_prompt)
+        return cls(labels, by_prompt, _ripple_table(rippleedits or {}))
 
     def label(self, relation_id: str) -> str:
         return self.labels.get(relation_id, relation_id)
+
+    def ripple_label(self, name: str) -> str:
+        """A RippleEdits relation's label: that of its Wikidata id where ``labels``
+        has it (as other datasets name it), else its name in words."""
+        known = self.ripple.get(name)
+        wikidata = known.wikidata if known is not None else None
+        return self.labels.get(wikidata or "", name.lower().replace("_", " "))
+
+
+# no relation known: readers whose format names none
+NO_RELATIONS = RelationCatalog({}, {}, {})
 
 
 def read_source(name: str, spec: Mapping[str, Any]) -> RawEditCases:
@@ -334,6 +385,9 @@ RIPPLE_TESTS: dict[str, str] = {
 }
 # How many subjects a relation's plain queries need before its phrase is trusted.
 RIPPLE_MIN_SUBJECTS = 3
+# The example types whose edit replaces a fact (RippleEdits' counterfactual files);
+# the recent examples add one.
+RIPPLE_REPLACING = ("popular", "random")
 
 
 def _ripple_queries(record: Mapping[str, Any]) -> Iterator[dict]:
@@ -348,16 +402,10 @@ def _ripple_queries(record: Mapping[str, Any]) -> Iterator[dict]:
             yield from (query for query in queries if isinstance(query, dict))
 
 
-@dataclass(frozen=True)
-class RelationPhrase:
-    """The text a RippleEdits relation puts before and after its subject."""
-
-    before: str
-    after: str
-
-
-def ripple_phrases(records: Sequence[Any]) -> dict[str, RelationPhrase]:
-    """Each relation's phrase, learnt from the files themselves.
+def ripple_phrases(
+    records: Sequence[Any], known: Collection[str] = ()
+) -> dict[str, RelationPhrase]:
+    """The phrase of each relation not ``known`` already, learnt from the files.
 
     RippleEdits phrases every plain query of a relation (``phrase`` null) the same
     way around the subject's label, and its files store only the phrased prompts: the
@@ -376,7 +424,7 @@ def ripple_phrases(records: Sequence[Any]) -> dict[str, RelationPhrase]:
                 prompts.setdefault(relation, {})[str(query["subject_id"])] = prompt
     phrases = {}
     for relation, by_subject in prompts.items():
-        if len(by_subject) < RIPPLE_MIN_SUBJECTS:
+        if relation in known or len(by_subject) < RIPPLE_MIN_SUBJECTS:
             continue
         texts = list(by_subject.values())
         before = os.path.commonprefix(texts)
@@ -429,10 +477,18 @@ def _ripple_fact(
     )
 
 
-def _rippleedits_reader(raw: RawEditCases) -> RowReader:
-    """The reader of a RippleEdits source: its relations' phrases come from all of
-    its records (``ripple_phrases``)."""
-    phrases = ripple_phrases(raw.records)
+def _ripple_phrases_of(
+    raw: RawEditCases, relations: RelationCatalog
+) -> dict[str, RelationPhrase]:
+    """The phrase of each relation of a RippleEdits source: the table's
+    (``relations.ripple``), else learnt from all of its records (``ripple_phrases``)."""
+    table = {name: known.phrase for name, known in relations.ripple.items()}
+    return ripple_phrases(raw.records, known=table) | table
+
+
+def _rippleedits_reader(raw: RawEditCases, relations: RelationCatalog) -> RowReader:
+    """The reader of a RippleEdits source (its phrases: ``_ripple_phrases_of``)."""
+    phrases = _ripple_phrases_of(raw, relations)
 
     def read(
         raw: RawEditCases, index: int, record: dict, relations: RelationCatalog
@@ -445,9 +501,7 @@ def _rippleedits_reader(raw: RawEditCases) -> RowReader:
                 "case_id": _ripple_case_id(raw, index),
                 "subject": subject,
                 "relation_id": relation,
-                "relation_label": relations.labels.get(
-                    relation, relation.lower().replace("_", " ")
-                ),
+                "relation_label": relations.ripple_label(relation),
                 "prompt": cloze,
                 "target_true": old,
                 "target_new": new,
@@ -470,26 +524,33 @@ def _ripple_edit(
     where: str,
 ) -> tuple[str, str, str | None, str]:
     """Subject, cloze, old target and new target of a RippleEdits edit. The old target
-    is None when the edit adds a fact (the recent examples: no ``previous_fact``)."""
+    is None when the edit adds a fact (the recent examples: no ``original_fact``)."""
     edit = record.get("edit")
     if not isinstance(edit, dict):
         raise EditCaseError(f"{where}: field 'edit' must be an object")
     relation = _require(edit, "relation", where)
     if relation not in phrases:
         raise EditCaseError(
-            f"{where}: relation {relation!r} has plain queries of fewer than "
-            f"{RIPPLE_MIN_SUBJECTS} subjects in {raw.path}: its phrase is unknown"
+            f"{where}: relation {relation!r} is not in the rippleedits_relations "
+            f"table and has plain queries of fewer than {RIPPLE_MIN_SUBJECTS} "
+            f"subjects in {raw.path}: its phrase is unknown"
         )
     new_prompt = _require(edit, "prompt", where)
-    previous = edit.get("previous_fact")
+    previous = edit.get("original_fact")
     if previous is None:
+        # read as an added fact, such an example would lose its old target unseen
+        if record.get("example_type") in RIPPLE_REPLACING:
+            raise EditCaseError(
+                f"{where}: a {record['example_type']} example replaces a fact, but "
+                "its edit has no 'original_fact'"
+            )
         subject, cloze, new = _ripple_fact(
             phrases[relation], new_prompt, _added_fact_stems(record), where
         )
         return subject, cloze, None, new
     if not isinstance(previous, dict):
-        raise EditCaseError(f"{where}: field 'edit.previous_fact' must be an object")
-    old_prompt = _require(previous, "prompt", f"{where}, previous_fact")
+        raise EditCaseError(f"{where}: field 'edit.original_fact' must be an object")
+    old_prompt = _require(previous, "prompt", f"{where}, original_fact")
     subject, cloze, new = _ripple_fact(
         phrases[relation],
         new_prompt,
@@ -523,7 +584,7 @@ READERS: dict[str, RowReader] = {
     "zsre": _rows_zsre,
 }
 # formats whose reader needs the whole file first
-FILE_READERS: dict[str, Callable[[RawEditCases], RowReader]] = {
+FILE_READERS: dict[str, Callable[[RawEditCases, RelationCatalog], RowReader]] = {
     "rippleedits": _rippleedits_reader,
 }
 
@@ -542,7 +603,7 @@ def parse_edit_cases(raw: RawEditCases, relations: RelationCatalog) -> pd.DataFr
             f"{raw.path}: unknown edit-case format {raw.format!r}; known: {sorted(known)}"
         )
     read_rows = (
-        FILE_READERS[raw.format](raw)
+        FILE_READERS[raw.format](raw, relations)
         if raw.format in FILE_READERS
         else READERS[raw.format]
     )
@@ -742,12 +803,12 @@ def _ripple_conditions(test: Mapping[str, Any]) -> list[dict]:
     return conditions
 
 
-def _ripple_probes_reader(raw: RawEditCases) -> ProbeReader:
+def _ripple_probes_reader(raw: RawEditCases, relations: RelationCatalog) -> ProbeReader:
     """RippleEdits' test queries as probes (``RIPPLE_TESTS``). They state only the
     edited world's answer: the old one is known only where it must not change, and
     for the edit asked through an alias of its subject. Each carries its test's
     conditions as premises (``_ripple_conditions``)."""
-    phrases = ripple_phrases(raw.records)
+    phrases = _ripple_phrases_of(raw, relations)
 
     def read(raw: RawEditCases, index: int, record: dict) -> list[dict]:
         where = _record_where(raw, index, record)
@@ -783,10 +844,10 @@ def _ripple_probes_reader(raw: RawEditCases) -> ProbeReader:
 
 
 ProbeReader = Callable[[RawEditCases, int, dict], list[dict]]
-PROBE_READERS: dict[str, Callable[[RawEditCases], ProbeReader]] = {
-    "mquake": lambda _raw: _probes_mquake,
-    "counterfact": lambda _raw: _probes_counterfact,
-    "zsre": lambda _raw: _probes_zsre,
+PROBE_READERS: dict[str, Callable[[RawEditCases, RelationCatalog], ProbeReader]] = {
+    "mquake": lambda _raw, _relations: _probes_mquake,
+    "counterfact": lambda _raw, _relations: _probes_counterfact,
+    "zsre": lambda _raw, _relations: _probes_zsre,
     "rippleedits": _ripple_probes_reader,
 }
 
@@ -806,11 +867,14 @@ def _record_rows(raw: RawEditCases, read: ProbeReader) -> list[dict]:
     return rows
 
 
-def dataset_probes(raw: RawEditCases) -> pd.DataFrame:
+def dataset_probes(
+    raw: RawEditCases, relations: RelationCatalog = NO_RELATIONS
+) -> pd.DataFrame:
     """The dataset's own probes of each case (the module docstring); empty for
-    formats that have none. Records the edit reader skips give none."""
+    formats that have none. Records the edit reader skips give none. ``relations``
+    are those the edits were parsed with (RippleEdits' phrases)."""
     reader = PROBE_READERS.get(raw.format)
-    rows = _record_rows(raw, reader(raw)) if reader is not None else []
+    rows = _record_rows(raw, reader(raw, relations)) if reader is not None else []
     return DATASET_PROBES.validate(
         pd.DataFrame(rows, columns=list(DATASET_PROBES.columns))
     )
@@ -827,7 +891,7 @@ COUNTERFACT_FIELDS = {
 def _counterfact_prompt_rows(raw: RawEditCases, index: int, record: dict) -> list[dict]:
     """One CounterFact record's prompts of every kind (``COUNTERFACT_FIELDS``, and
     its rewrite prompt with the subject filled in)."""
-    (row,) = _rows_counterfact(raw, index, record, RelationCatalog({}, {}))
+    (row,) = _rows_counterfact(raw, index, record, NO_RELATIONS)
     target_new = record["requested_rewrite"]["target_new"]
     common = {
         "case_id": row["case_id"],

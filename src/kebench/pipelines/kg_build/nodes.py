@@ -26,10 +26,14 @@ logger = logging.getLogger(__name__)
 
 
 def parse_edit_requests(
-    raw_edit_cases: RawEditCases, relations: dict[str, Any]
+    raw_edit_cases: RawEditCases,
+    relations: dict[str, Any],
+    rippleedits_relations: dict[str, Any],
 ) -> pd.DataFrame:
-    """Parse raw edit cases into ``edit_requests`` rows, without URIs yet."""
-    return parse_edit_cases(raw_edit_cases, RelationCatalog.from_config(relations))
+    """Parse raw edit cases into ``edit_requests`` rows, without URIs yet (a
+    RippleEdits file's with the phrases of RippleEdits' relation table)."""
+    catalog = RelationCatalog.from_config(relations, rippleedits_relations)
+    return parse_edit_cases(raw_edit_cases, catalog)
 
 
 def find_mentions(

@@ -21,7 +21,11 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=parse_edit_requests,
-                inputs=["raw_edit_cases", "params:relations"],
+                inputs=[
+                    "raw_edit_cases",
+                    "params:relations",
+                    "params:rippleedits_relations",
+                ],
                 outputs="parsed_edit_requests",
                 name="parse_edit_requests",
             ),
