@@ -10,6 +10,7 @@ from kebench.editing.datasets import EditHparamsDataset
 from kebench.editing.hparams import (
     Architecture,
     HparamsFiles,
+    describe_resolved,
     resolve_all,
     resolve_hparams,
     scale_layers,
@@ -196,3 +197,119 @@ def test_faithful_files_leave_kebenchs_extensions_off():
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
         assert values.get("v_stop_loss") is None, path
         assert values.get("max_neurons") is None, path
+
+
+def covariance_files(root) -> None:
+    """A reference with the published 100,000 covariance texts for ROME, MEMIT and
+    AlphaEdit, and fast overlays: MEMIT's 128, AlphaEdit's 256, ROME's without a count
+    (it turns the covariance off)."""
+    for method in ("ROME", "MEMIT", "AlphaEdit"):
+        write_hparams(
+            root,
+            f"{method}/ref.yaml",
+            {"layers": [4], "mom2_n_samples": 100000, "v_lr": 0.5},
+        )
+    write_hparams(root, "MEMIT/fast/_default.yaml", {"mom2_n_samples": 128})
+    write_hparams(root, "AlphaEdit/fast/_default.yaml", {"mom2_n_samples": 256})
+    write_hparams(root, "ROME/fast/_default.yaml", {"mom2_adjustment": False})
+
+
+REF_FAMILY = {"toy": {"reference": "ref", "reference_layers": 8, "modules": {}}}
+
+
+def test_derived_hparams_take_the_fast_profiles_covariance_count(tmp_path):
+    covariance_files(tmp_path)
+    files = EditHparamsDataset(str(tmp_path), "folder-model").load()  # faithful run
+    arch = Architecture("toy", 8)
+
+    def count(method: str, rule: str | int) -> tuple[int, dict]:
+        resolved = resolve_hparams(
+            method, files, arch, REF_FAMILY, derived_mom2_n_samples=rule
+        )
+        return resolved.values["mom2_n_samples"], resolved
+
+    # fast: the method's own fast count; ROME's overlay names none, so the smallest
+    # count the fast profile sets (MEMIT's 128, not AlphaEdit's 256)
+    assert count("MEMIT", "fast")[0] == 128
+    assert count("AlphaEdit", "fast")[0] == 256
+    rome, resolved = count("ROME", "fast")
+    assert rome == 128
+    # the faithful run keeps the rest of ROME faithful: its covariance stays on
+    assert "mom2_adjustment" not in resolved.values and resolved.profile == "faithful"
+    assert "mom2_n_samples" not in resolved.derived
+    assert set(resolved.adjusted) == {"mom2_n_samples"}
+    assert "100000" in resolved.adjusted["mom2_n_samples"]
+    # faithful: the reference's, as derived; a number (or its digits): that number
+    faithful, resolved = count("MEMIT", "faithful")
+    assert faithful == 100000 and "mom2_n_samples" in resolved.derived
+    assert not resolved.adjusted
+    assert count("MEMIT", 500)[0] == 500 and count("MEMIT", "500")[0] == 500
+    for wrong in ("fats", 0, "-3", True):
+        with pytest.raises(ValueError, match=r"mom2_n_samples.*'fast'.*'faithful'"):
+            count("MEMIT", wrong)
+
+
+def test_the_count_rule_leaves_an_own_file_and_an_overlay_as_they_are(tmp_path):
+    covariance_files(tmp_path)
+    write_hparams(tmp_path, "MEMIT/mine.yaml", {"mom2_n_samples": 2000})
+    write_hparams(tmp_path, "ROME/fast/mine.yaml", {"mom2_n_samples": 64})
+    arch = Architecture("toy", 8)
+    faithful = EditHparamsDataset(str(tmp_path), "mine").load()
+    memit = resolve_hparams(
+        "MEMIT", faithful, arch, REF_FAMILY, derived_mom2_n_samples="fast"
+    )
+    assert memit.values["mom2_n_samples"] == 2000 and not memit.adjusted
+    # the fast profile's own overlay for the model sets ROME's count: that one
+    fast = EditHparamsDataset(str(tmp_path), "mine", profile="fast").load()
+    rome = resolve_hparams("ROME", fast, arch, REF_FAMILY, derived_mom2_n_samples=9)
+    assert rome.values["mom2_n_samples"] == 64
+    assert "mom2_n_samples" in rome.overlaid and not rome.adjusted
+
+
+def test_the_provenance_and_the_log_say_which_count_and_how_to_ask_for_the_reference(
+    tmp_path, caplog
+):
+    covariance_files(tmp_path)
+    files = EditHparamsDataset(str(tmp_path), "folder-model").load()
+    with caplog.at_level("INFO", logger="kebench.editing.hparams"):
+        resolved = resolve_all(
+            ["ROME", "MEMIT"],
+            files,
+            Architecture("toy", 8),
+            REF_FAMILY,
+            derived_mom2_n_samples="fast",
+        )
+    lines = [r.getMessage() for r in caplog.records if "mom2_n_samples=" in r.message]
+    assert len(lines) == 2
+    memit = next(line for line in lines if line.startswith("MEMIT on folder-model"))
+    assert "mom2_n_samples=128 (the fast profile's count" in memit
+    assert "100000" in memit and "--params mom2_n_samples=faithful" in memit
+    provenance = {
+        m: {"derived": list(r.derived), "adjusted": dict(r.adjusted)}
+        for m, r in resolved.items()
+    }
+    values = {m: r.values for m, r in resolved.items()}
+    described = describe_resolved(["ROME", "MEMIT"], values, provenance)
+    for method in ("ROME", "MEMIT"):
+        assert described["hparams_adjusted"][method].startswith("mom2_n_samples: ")
+        assert "mom2_n_samples" not in described["hparams_derived"][method]
+        assert described["hparams"][method]["mom2_n_samples"] == 128
+
+
+def test_the_runs_default_rule_is_fast_and_fits_qwen2(families):
+    """The run's rule by default, on a Qwen2 folder (Qwen2.5-7B's 100,000 texts):
+    MEMIT and ROME take MEMIT's fast count, the value written in its fast overlay."""
+    rule = load_config({})["parameters"]["editing"]["derived_mom2_n_samples"]
+    assert rule == "fast"
+    fast_memit = yaml.safe_load((HPARAMS / "MEMIT/fast/_default.yaml").read_text())
+    files = EditHparamsDataset(str(HPARAMS), "a-qwen2-folder").load()
+    for method in ("ROME", "MEMIT"):
+        resolved = resolve_hparams(
+            method,
+            files,
+            Architecture("qwen2", 4),
+            families,
+            derived_mom2_n_samples=rule,
+        )
+        assert resolved.values["mom2_n_samples"] == fast_memit["mom2_n_samples"]
+        assert file_values(method, "qwen2.5-7b")["mom2_n_samples"] == 100000

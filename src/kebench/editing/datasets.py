@@ -8,15 +8,16 @@ from typing import Any
 import yaml
 from kedro.io import AbstractDataset, DatasetError
 
-from kebench.editing.hparams import FAITHFUL, HparamsFiles
+from kebench.editing.hparams import FAITHFUL, FAST, HparamsFiles
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.registry import hparams_key
 
 
 class EditHparamsDataset(AbstractDataset[None, HparamsFiles]):
     """Read-only: every hparams file, ``<path>/<METHOD>/<model>.yaml``, the run
-    profile's overlays, ``<path>/<METHOD>/<profile>/<model>.yaml``, and which model's
-    files apply to the run.
+    profile's overlays, ``<path>/<METHOD>/<profile>/<model>.yaml``, the fast profile's
+    (whose covariance counts derived hparams take by default), and which model's files
+    apply to the run.
 
     A method without a file for the model gets hparams derived from its architecture
     and a reference model's files (``kebench.editing.hparams``); the model's own file
@@ -60,6 +61,7 @@ class EditHparamsDataset(AbstractDataset[None, HparamsFiles]):
             files=_read_files(self._path, "*/*.yaml"),
             profile=self._profile,
             overlays=overlays,
+            fast_overlays=_read_files(self._path, f"*/{FAST}/*.yaml"),
         )
 
     def save(self, data: HparamsFiles) -> None:

@@ -24,6 +24,12 @@ every number in the docs. Another profile (``--params hparams_profile=fast``) is
 overlay: ``conf/base/hparams/<METHOD>/<profile>/<model>.yaml`` (else
 ``<profile>/_default.yaml``, for any model) holds only the keys it changes, applied
 over the faithful values. A method with no overlay for the model runs faithful.
+
+The covariance count. A reference's file keeps its published ``mom2_n_samples``
+(Qwen2.5-7B's: 100,000 texts, hours on a CPU for any model). Derived hparams take a
+count that fits the run instead, by the run's rule (``editing.derived_mom2_n_samples``):
+``fast`` (the fast profile's count), ``faithful`` (the reference's) or a number. The rule
+changes only a derived value: a model's own file and a profile's overlay keep theirs.
 """
 
 from __future__ import annotations
@@ -51,8 +57,13 @@ MODULE_KEYS = (
 )
 WEIGHT_SUFFIX = ".weight"
 FAITHFUL = "faithful"
+FAST = "fast"
 # The overlay of a profile for a model without its own.
 DEFAULT_OVERLAY = "_default"
+# The covariance statistics' sample count, which the run's rule sets when derived.
+COUNT_KEY = "mom2_n_samples"
+# What the user passes to ask for a count (conf/base/parameters/editing.yml).
+COUNT_PARAM = "--params mom2_n_samples"
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,8 @@ class ResolvedHparams:
         reference: the model whose published values were the base (None: file only).
         profile: the hparams profile (``faithful``, or the overlay's name).
         overlaid: the keys the profile's overlay set.
+        adjusted: derived keys whose reference value the run's rule replaced, each with
+            why (``mom2_n_samples``: the rule and the reference's count).
     """
 
     values: dict[str, Any]
@@ -93,6 +106,7 @@ class ResolvedHparams:
     reference: str | None = None
     profile: str = FAITHFUL
     overlaid: tuple[str, ...] = ()
+    adjusted: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,8 @@ class HparamsFiles:
         files: stem -> method -> the file's values (the faithful profile).
         profile: the run's hparams profile.
         overlays: the profile's overlays: stem (or ``_default``) -> method -> values.
+        fast_overlays: the fast profile's, whatever the run's profile: they give the
+            covariance count of derived hparams (``fast_count``).
     """
 
     model: str
@@ -112,13 +128,36 @@ class HparamsFiles:
     overlays: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(
         default_factory=dict
     )
+    fast_overlays: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(
+        default_factory=dict
+    )
 
     def overlay(self, method: str) -> dict[str, Any]:
         """The profile's keys for ``method`` on the run's model (empty: faithful)."""
+        return self._overlay_of(self.overlays, method)
+
+    def _overlay_of(
+        self, overlays: Mapping[str, Mapping[str, Mapping[str, Any]]], method: str
+    ) -> dict[str, Any]:
         for stem in (self.model, DEFAULT_OVERLAY):
-            if method in self.overlays.get(stem, {}):
-                return dict(self.overlays[stem][method])
+            if method in overlays.get(stem, {}):
+                return dict(overlays[stem][method])
         return {}
+
+    def fast_count(self, method: str) -> int | None:
+        """The fast profile's ``mom2_n_samples`` for ``method`` on the run's model: its
+        overlay's, else the smallest that the profile sets for any method (ROME's
+        overlay turns the covariance off, so it names no count); None: none set."""
+        own = self._overlay_of(self.fast_overlays, method).get(COUNT_KEY)
+        if own is not None:
+            return int(own)
+        methods = {m for stem in self.fast_overlays.values() for m in stem}
+        counts = [
+            int(values[COUNT_KEY])
+            for values in (self._overlay_of(self.fast_overlays, m) for m in methods)
+            if COUNT_KEY in values
+        ]
+        return min(counts, default=None)
 
     @property
     def own(self) -> dict[str, dict[str, Any]]:
@@ -132,8 +171,9 @@ def describe_resolved(
     provenance: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, dict[str, Any]]:
     """Run parameters of ``methods``' hparams: the values, which keys were derived
-    (``none``: all from the model's file) and from which reference model, and the
-    profile with the keys its overlay set."""
+    (``none``: all from the model's file) and from which reference model, which
+    derived keys the run's rule adjusted and why, and the profile with the keys its
+    overlay set."""
     names = {method: hparams_name(method) for method in methods}
 
     def profile_of(name: str) -> str:
@@ -151,6 +191,14 @@ def describe_resolved(
         },
         "hparams_reference": {
             m: provenance.get(name, {}).get("reference") or "none"
+            for m, name in names.items()
+        },
+        "hparams_adjusted": {
+            m: "; ".join(
+                f"{key}: {why}"
+                for key, why in provenance.get(name, {}).get("adjusted", {}).items()
+            )
+            or "none"
             for m, name in names.items()
         },
     }
@@ -240,11 +288,53 @@ def derive_hparams(
     return values
 
 
+def count_rule(value: str | int) -> str | int:
+    """The run's rule for derived covariance counts: ``fast``, ``faithful`` or a
+    positive count (a string of digits from ``--params`` included)."""
+    if value in (FAST, FAITHFUL):
+        return value
+    if not isinstance(value, bool) and str(value).strip().isdigit():
+        count = int(str(value).strip())
+        if count > 0:
+            return count
+    raise ValueError(
+        f"{COUNT_PARAM}={value!r}: expected {FAST!r} (the fast profile's count), "
+        f"{FAITHFUL!r} (the reference's) or a positive number of texts"
+    )
+
+
+def fitting_count(
+    rule: str | int, method: str, files: HparamsFiles, reference_count: int
+) -> tuple[int, str] | None:
+    """The count that ``rule`` gives ``method``'s derived ``mom2_n_samples``, and why;
+    None where the reference's count stays (``faithful``, or the same number)."""
+    if rule == FAITHFUL:
+        return None
+    if rule == FAST:
+        count = files.fast_count(method)
+        if count is None:
+            raise ValueError(
+                f"{COUNT_PARAM}={FAST}: no overlay conf/base/hparams/<METHOD>/{FAST}/ "
+                f"sets {COUNT_KEY} for {files.model}; give a number or {FAITHFUL!r}"
+            )
+        why = "the fast profile's count"
+    else:
+        count, why = int(rule), f"{COUNT_PARAM}={rule}"
+    if count == int(reference_count):
+        return None
+    return count, (
+        f"{why}, for derived hparams; the reference's faithful count is "
+        f"{reference_count}: {COUNT_PARAM}={FAITHFUL}"
+    )
+
+
 def resolve_hparams(
     method: str,
     files: HparamsFiles,
     architecture: Architecture,
     families: Mapping[str, Mapping[str, Any]],
+    *,
+    derived_mom2_n_samples: str | int = FAITHFUL,
 ) -> ResolvedHparams:
     """``method``'s hparams for the run's model: its own file over the derived values.
 
@@ -253,7 +343,10 @@ def resolve_hparams(
         files: the project's hparams files.
         architecture: the model's type and depth.
         families: ``model_families``.
+        derived_mom2_n_samples: the run's rule for a derived ``mom2_n_samples``
+            (``count_rule``); ``faithful`` keeps the reference's.
     """
+    rule = count_rule(derived_mom2_n_samples)
     name, model = hparams_name(method), files.model
     own = files.own.get(name, {})
     found = family_of(architecture, families)
@@ -279,11 +372,19 @@ def resolve_hparams(
         )
     family = found[1]
     derived = derive_hparams(architecture, family, published)
+    adjusted = {}
+    if COUNT_KEY in derived and COUNT_KEY not in own:
+        fitted = fitting_count(rule, name, files, derived[COUNT_KEY])
+        if fitted is not None:
+            derived[COUNT_KEY], adjusted[COUNT_KEY] = fitted
     values = {**derived, **own}
     resolved = ResolvedHparams(
         values=values,
-        derived=tuple(sorted(key for key in derived if key not in own)),
+        derived=tuple(
+            sorted(key for key in derived if key not in own and key not in adjusted)
+        ),
         reference=reference,
+        adjusted=adjusted,
     )
     return _with_profile(resolved, name, files)
 
@@ -301,6 +402,7 @@ def _with_profile(
         reference=resolved.reference,
         profile=files.profile,
         overlaid=tuple(sorted(overlay)),
+        adjusted={k: v for k, v in resolved.adjusted.items() if k not in overlay},
     )
 
 
@@ -309,13 +411,22 @@ def resolve_all(
     files: HparamsFiles,
     architecture: Architecture,
     families: Mapping[str, Mapping[str, Any]],
+    *,
+    derived_mom2_n_samples: str | int = FAITHFUL,
 ) -> dict[str, ResolvedHparams]:
     """The resolved hparams of every method that has them for the model (a method
-    with neither a file nor a derivation is left out), logging what was derived."""
+    with neither a file nor a derivation is left out), logging what was derived and
+    what the run's rule adjusted (``resolve_hparams``)."""
     resolved = {}
     for method in methods:
         try:
-            result = resolve_hparams(method, files, architecture, families)
+            result = resolve_hparams(
+                method,
+                files,
+                architecture,
+                families,
+                derived_mom2_n_samples=derived_mom2_n_samples,
+            )
         except HparamsError as err:
             logger.debug("%s", err)
             continue
@@ -328,6 +439,15 @@ def resolve_all(
                 architecture.model_type,
                 architecture.n_layers,
                 ", ".join(f"{key}={result.values[key]}" for key in result.derived),
+            )
+        for key, why in result.adjusted.items():
+            logger.info(
+                "%s on %s: %s=%s (%s)",
+                hparams_name(method),
+                files.model,
+                key,
+                result.values[key],
+                why,
             )
         resolved[hparams_name(method)] = result
     return resolved

@@ -156,36 +156,37 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_p
 def test_a_checkpoint_folder_without_hparams_files_runs_editing_and_evaluation(
     project, lm
 ):
-    """``--params model=<folder of a tiny Qwen2>,method=ROME+MEMIT``: no YAML names
-    it, so its hparams are derived from its architecture; the run ends with metrics
-    and the derived hparams in MLflow."""
+    """``--params model=<folder of a tiny Qwen2>,method=ROME+MEMIT`` with the faithful
+    hparams (the default): no YAML names it, so its hparams are derived from its
+    architecture and Qwen2.5-7B's files, with the fast profile's covariance count in
+    place of their 100,000 texts; the run ends with metrics and the derived hparams in
+    MLflow."""
     folder = build_checkpoint(
         "qwen2", project / "checkpoints" / "tiny-qwen2", lm.tokenizer
     )
-    # The qwen2 family's reference (Qwen2.5-7B: EasyEdit's 100,000 covariance samples)
-    # would sample for minutes on CPU; SmolLM2's files (128 samples) stand in, so the
-    # derivation still runs: Qwen2 modules, the depth rule, the reference's values.
-    families = {"qwen2": {"reference": MODEL, "reference_layers": 30}}
     run_session(
         project,
         ["editing", "evaluation"],
         model=str(folder),
         method="ROME+MEMIT",
         n_edits=1,
-        model_families=families,
+        hparams_profile="faithful",
     )
     key = model_key(str(folder))
-    output = project / "data" / "07_model_output" / "demo" / key / "fast"
+    output = project / "data" / "07_model_output" / "demo" / key / "faithful"
     manifest = EDIT_DELTAS.validate(pd.read_parquet(output / "edit_deltas.parquet"))
     assert set(manifest["method"]) == {"ROME", "MEMIT"}
     assert set(manifest["model"]) == {key}
     rome = json.loads(manifest[manifest["method"] == "ROME"]["hparams"].iloc[0])
-    # SmolLM2's ROME layer 5 of 30 on 4 layers: 5 * 3 / 29 = 0.52 -> 1
+    # Qwen2.5-7B's ROME layer 5 of 28 on 4 layers: 5 * 3 / 27 = 0.56 -> 1
     assert rome["layers"] == [1]
     assert rome["rewrite_module_tmp"] == "model.layers.{}.mlp.down_proj"
+    # MEMIT's fast overlay's count (conf/base/hparams/MEMIT/fast/_default.yaml)
+    assert rome["mom2_adjustment"] is True and rome["mom2_n_samples"] == 128
     provenance = json.loads((output / "hparams_provenance.json").read_text())
-    assert provenance["ROME"]["reference"] == MODEL
+    assert provenance["ROME"]["reference"] == "qwen2.5-7b"
     assert "layers" in provenance["ROME"]["derived"]
+    assert set(provenance["ROME"]["adjusted"]) == {"mom2_n_samples"}
 
     client = MlflowClient()
     (run,) = client.search_runs(
@@ -193,6 +194,9 @@ def test_a_checkpoint_folder_without_hparams_files_runs_editing_and_evaluation(
         filter_string=f"params.model = '{key}'",
     )
     assert "layers" in run.data.params["hparams_derived.ROME"].split(",")
-    assert run.data.params["hparams_reference.MEMIT"] == MODEL
+    assert run.data.params["hparams_reference.MEMIT"] == "qwen2.5-7b"
+    for method in ("ROME", "MEMIT"):
+        adjusted = run.data.params[f"hparams_adjusted.{method}"]
+        assert adjusted.startswith("mom2_n_samples: the fast profile's count")
     for method in ("ROME", "MEMIT"):
         assert any(m.startswith(f"evaluation.{method}.") for m in run.data.metrics)

@@ -47,21 +47,25 @@ def resolve_edit_hparams(
     hparams_files: HparamsFiles,
     model: LoadedModel,
     model_families: dict[str, dict[str, Any]],
+    params: dict[str, Any],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Every method's hparams for the model (its own file over values derived from its
-    architecture, then the run profile's overlay), and, per method, which keys were
-    derived, from which reference, and which the profile set."""
+    architecture, with a covariance count that fits the run, then the run profile's
+    overlay), and, per method, which keys were derived, from which reference, which
+    the run's count rule adjusted, and which the profile set."""
     resolved = resolve_all(
         method_names(),
         hparams_files,
         Architecture.of(model.model.config),
         model_families,
+        derived_mom2_n_samples=params["derived_mom2_n_samples"],
     )
     values = {method: r.values for method, r in resolved.items()}
     provenance = {
         method: {
             "reference": r.reference,
             "derived": list(r.derived),
+            "adjusted": dict(r.adjusted),
             "profile": r.profile,
             "overlaid": list(r.overlaid),
         }

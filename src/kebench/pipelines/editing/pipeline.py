@@ -18,7 +18,12 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=resolve_edit_hparams,
-                inputs=["hparams_files", "model", "params:model_families"],
+                inputs=[
+                    "hparams_files",
+                    "model",
+                    "params:model_families",
+                    "params:editing",
+                ],
                 outputs=["edit_hparams", "hparams_provenance"],
                 name="resolve_edit_hparams",
             ),
