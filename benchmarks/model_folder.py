@@ -14,10 +14,11 @@ Nothing is written under the repository's data/. No hparams file names these fol
 so every value is derived (docs/models.md), the covariance statistics (MEMIT, ROME with
 mom2) included: they are computed from nothing in each run.
 
-Prints one JSON object: per family, seconds (the `kedro run` alone), rc, mlflow_metrics
-(metrics of the run's MLflow run, found by its `model` param), hparams_adjusted (its
-MLflow params of that name) and the 1-minute load average before and after; plus the
-CPU count. Target: each run at most 600 s on 2 cores.
+Prints one JSON object: per family, seconds (the `kedro run` alone), rc, edits (rows of
+its manifest, by status), mlflow_metrics (metrics of the run's MLflow run, found by its
+`model` param), hparams_adjusted (its MLflow params of that name) and the 1-minute
+load average before and after; plus the CPU count. Target: each run at most 600 s on
+2 cores.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT))
 
 with contextlib.redirect_stdout(sys.stderr):
+    import pandas as pd
     from mlflow.tracking import MlflowClient
     from model_cli import print_result
 
@@ -87,6 +89,13 @@ def mlflow_run(tracking_uri: str, key: str) -> dict:
     }
 
 
+def edit_statuses(root: Path, key: str) -> dict[str, int]:
+    """How many of the run's stored edits of model ``key`` are ok, and failed."""
+    manifest = root / "data" / "07_model_output" / "demo" / key / "faithful"
+    statuses = pd.read_parquet(manifest / "edit_deltas.parquet")["status"]
+    return {str(k): int(v) for k, v in statuses.value_counts().items()}
+
+
 def run(args: argparse.Namespace) -> dict:
     """Each family's `kedro run` of editing and evaluation, timed, in a scratch copy."""
     with contextlib.ExitStack() as stack:
@@ -102,6 +111,11 @@ def run(args: argparse.Namespace) -> dict:
             **os.environ,
             "MLFLOW_TRACKING_URI": tracking_uri,
             "KEDRO_DISABLE_TELEMETRY": "1",
+            # the default, ../shared/data, is relative to the project: the copy's
+            # would miss the reference data (EditAttack's injections and general sets)
+            "KEBENCH_DATA_DIR": os.environ.get(
+                "KEBENCH_DATA_DIR", str(PROJECT_ROOT.parent / "shared" / "data")
+            ),
         }
         rc = kedro_run(root, env, scratch / "upstream.log", f"--pipelines={UPSTREAM}")
         if rc:
@@ -119,13 +133,15 @@ def run(args: argparse.Namespace) -> dict:
                 f"--params=model={folder},method=ROME+MEMIT,n_edits=2",
             )
             seconds = round(time.perf_counter() - started, 1)
+            key = model_key(str(folder))
             if rc:
                 tail = (scratch / f"{family}.log").read_text()[-3000:]
                 sys.stderr.write(f"{family}: rc {rc}\n{tail}\n")
             results[family] = {
                 "seconds": seconds,
                 "rc": rc,
-                **mlflow_run(tracking_uri, model_key(str(folder))),
+                "edits": {} if rc else edit_statuses(root, key),
+                **mlflow_run(tracking_uri, key),
                 "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             }
     return {"families": results, "cpus": os.cpu_count()}
