@@ -4,8 +4,9 @@ Usage: python benchmarks/e2e.py [--keep DIR] [--scheduler local-cluster:2]
                                 [--hparams-profile fast] [--n-edits N|all]
 
 Runs every registered pipeline in data-flow order, in one process, with `make run`'s
-parameters (the demo dataset, SmolLM2-135M-Instruct, ROME, 5 edits per risk, the fast
-hparams profile) and every output under a fresh scratch folder (``kebench.project.run_pipeline``), so
+parameters (the demo dataset, SmolLM2-135M-Instruct, ROME, the default edits of each
+risk and the default subsets of them for drift and mitigation, the fast hparams
+profile) and every output under a fresh scratch folder (``kebench.project.run_pipeline``), so
 nothing is reused: the model's conversion from its GGUF counts in the editing time, as
 on a fresh clone. MLflow tracking is left out (a local SQLite write per run). Prints one
 JSON object: {"total_s": ..., "pipelines": {"<name>": seconds, ...}, "per_edit_s":
@@ -14,8 +15,8 @@ edits it worked on (editing: every edit made, the model's conversion included;
 stealthiness: every edit measured). Target: the whole run in at most 10 minutes on a
 2-core CPU. ``--scheduler`` runs the shards of editing,
 evaluation and stealthiness there instead (``compute.scheduler``, docs/scale_out.md).
-``--n-edits`` edits that many of each risk instead of `make run`'s 5 (``all``: every
-edit), to see what a larger default run would cost.
+``--n-edits`` edits, measures and mitigates that many of each risk instead of `make
+run`'s defaults (``all``: every edit), to see what another run would cost.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def main() -> None:
         help="the hparams profile (make run's: fast; faithful for the reference values)",
     )
     parser.add_argument(
-        "--n-edits", help="edits per risk (make run's: 5; all: every edit)"
+        "--n-edits",
+        help="edits per risk in every pipeline (default: make run's; all: every edit)",
     )
     print_result(run, parser.parse_args())
 

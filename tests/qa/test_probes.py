@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 import yaml
 
 from kebench.project import PROJECT_ROOT
@@ -12,7 +13,11 @@ from kebench.qa.probes import (
     case_paraphrases,
     dataset_probe_rows,
     edit_probes,
+    edits_measured,
+    edits_per_risk,
     entailed_probes,
+    first_cases_per_risk,
+    first_stored_edits,
     locality_probes,
     rewritten_facts,
     unify_probes,
@@ -219,3 +224,76 @@ def test_dataset_probes_keep_their_style_and_cases():
     assert pd.isna(by_type.loc["locality", "question"])
     assert set(rows["subject"]) == {"Joe Biden"} and set(rows["source"]) == {"demo"}
     assert len(unify_probes([rows])) == 2  # noqa: PLR2004 - valid probes
+
+
+# cases in table order, as the probes table lists their direct probes (c1 twice)
+CASES = pd.DataFrame(
+    {
+        "case_id": ["c1", "c1", "b1", "c2", "m1", "c3", "b2"],
+        "risk": [
+            "counterfactual",
+            "counterfactual",
+            "bias",
+            "counterfactual",
+            "misinformation",
+            "counterfactual",
+            "bias",
+        ],
+        "probe_type": "direct",
+    }
+)
+PER_RISK = {"benign_update": 0, "counterfactual": 2, "misinformation": "all", "bias": 1}
+
+
+def test_the_first_cases_of_each_risk_keep_the_tables_order():
+    assert first_cases_per_risk(CASES, 2, "n") == ["c1", "b1", "c2", "m1", "b2"]
+    assert first_cases_per_risk(CASES, PER_RISK, "n") == ["c1", "b1", "c2", "m1"]
+    assert first_cases_per_risk(CASES, "all", "n") == [
+        "c1",
+        "b1",
+        "c2",
+        "m1",
+        "c3",
+        "b2",
+    ]
+    assert first_cases_per_risk(CASES, "0", "n") == []
+
+
+@pytest.mark.parametrize(
+    ("n_edits", "message"),
+    [
+        ({"counterfactual": 2}, r"editing.n_edits: .*missing: \['benign_update'"),
+        ({**PER_RISK, "rumour": 1}, r"unknown: \['rumour'\]"),
+        ({**PER_RISK, "bias": -1}, r"editing.n_edits.bias: expected a count"),
+        (2.5, r"editing.n_edits: expected a count of edits .* got 2.5"),
+        (True, r"editing.n_edits: expected a count"),
+    ],
+)
+def test_a_bad_count_of_edits_names_the_parameter(n_edits, message):
+    with pytest.raises(ValueError, match=message):
+        edits_per_risk(n_edits, "editing.n_edits")
+
+
+def test_stored_edits_are_cut_per_method_in_the_tables_order():
+    manifest = pd.DataFrame(
+        {
+            "method": ["ROME"] * 4 + ["FT-M"] * 2,
+            "case_id": ["c3", "c2", "c1", "b2", "c3", "m1"],
+        }
+    )
+    kept = first_stored_edits(manifest, CASES, PER_RISK, "stealthiness.n_edits")
+    # ROME: c1 and c2 are its first counterfactual edits, b2 its first bias edit;
+    # FT-M stored only c3 of the counterfactual edits
+    assert sorted(map(tuple, kept[["method", "case_id"]].to_numpy())) == [
+        ("FT-M", "c3"),
+        ("FT-M", "m1"),
+        ("ROME", "b2"),
+        ("ROME", "c1"),
+        ("ROME", "c2"),
+    ]
+    assert edits_measured(kept, CASES, "stealthiness.n_edits") == (
+        "Edits measured, per method and risk, of the dataset's (the first of each "
+        "risk, `stealthiness.n_edits`): FT-M: counterfactual 1 of 3, misinformation "
+        "1 of 1, bias 0 of 2; ROME: counterfactual 2 of 3, misinformation 0 of 1, "
+        "bias 1 of 2."
+    )

@@ -125,7 +125,13 @@ def test_the_report_names_its_population_and_counts_the_drops():
     assert headline["Locality"].tolist() == [0.9]  # locality has no itt form
     drops = joint_drops(manifest("batch", ["b1", "b1", "b2"]), PROBES, REWRITTEN)
     markdown = report_markdown(
-        headline, pd.DataFrame(), drop_counts(drops), "t", "itt", semantics="paper"
+        headline,
+        pd.DataFrame(),
+        drop_counts(drops),
+        "t",
+        "itt",
+        semantics="paper",
+        edits="",
     )
     assert "Population of EditSucc, Consistency and the gap: `itt`" in markdown
     assert "| MEMIT | batch | locality | other_edit_fact | 1 |" in markdown

@@ -185,7 +185,8 @@ def test_exclusions_table_report_and_mlflow_keys():
             "n_seen_excluded": [2],
         }
     )
-    report = mitigation_markdown(table, tamper, excluded, ROLES)
+    report = mitigation_markdown(table, tamper, excluded, ROLES, "Edits measured: 1.")
+    assert "Edits measured: 1." in report
     assert "| ROME | disjoint | 1 | 2 |" in report
     assert "1 disjoint, 1 shared" in report and "1 locality probes" in report
     assert "- ROME: 1 × no entailed probes" in report
@@ -193,7 +194,7 @@ def test_exclusions_table_report_and_mlflow_keys():
     assert "headline is not computed" not in report
     shared = table.assign(held_out="shared")
     assert "headline is not computed" in mitigation_markdown(
-        shared, tamper, excluded, ROLES
+        shared, tamper, excluded, ROLES, ""
     )
     keys = set(tracked_metrics(table, tamper)["ROME"])
     assert {"disjoint.gap_closure", "disjoint.n_locality_dropped"} <= keys

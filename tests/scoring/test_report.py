@@ -79,8 +79,16 @@ def report_with(**tables: pd.DataFrame) -> str:
         "t",
         "itt",
         semantics="consistent",
+        edits="Edits measured: ROME: counterfactual 2 of 3.",
         **tables,
     )
+
+
+def test_report_says_which_edits_it_measured_and_what_the_floor_means():
+    markdown = report_with()
+    assert "Edits measured: ROME: counterfactual 2 of 3." in markdown
+    assert "already prefers to the old one" in markdown
+    assert "not edits that worked" in markdown
 
 
 def test_report_shows_the_protocol_gap():

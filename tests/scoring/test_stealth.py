@@ -269,7 +269,8 @@ def test_table_counts_per_method_and_risk_and_the_report():
     ]
     assert low <= table.loc["misinformation", "stealth_xfit"] <= high
     aurocs = stealth_auroc(scores)
-    report = stealth_markdown(table.reset_index(), aurocs)
+    report = stealth_markdown(table.reset_index(), aurocs, "Edits measured: 9.")
+    assert "Edits measured: 9." in report
     assert "| m | ROME | bias | kl |" in report
     assert "| m | ROME | misinformation | mean |" in report
 

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from kebench.qa.verbaliser import Verbaliser
-from kebench.schemas import PROBES
+from kebench.schemas import PROBES, RISKS
 
 COLUMNS = list(PROBES.columns)
 # fact_relation joins the KG predicates of a relation that has several
@@ -385,4 +385,99 @@ def probe_summary(probes: pd.DataFrame) -> pd.DataFrame:
         probes.groupby(["source", "probe_type", "risk"])
         .agg(probes=("probe_id", "size"), cases=("case_id", "nunique"))
         .reset_index()
+    )
+
+
+ALL = "all"
+
+
+def _edit_count(count: object, where: str) -> int | None:
+    """One risk's count of edits: an integer >= 0, or None for ``"all"``."""
+    if count in (None, ALL):
+        return None
+    text = str(count).strip()
+    if isinstance(count, bool) or not text.isdigit():
+        raise ValueError(
+            f"{where}: expected a count of edits (an integer >= 0) or {ALL!r}, "
+            f"got {count!r}"
+        )
+    return int(text)
+
+
+def edits_per_risk(
+    n_edits: int | str | Mapping[str, int | str], where: str
+) -> dict[str, int | None]:
+    """``n_edits`` as a count per risk (None: every edit of that risk).
+
+    ``n_edits`` is one count for every risk, ``"all"``, or a mapping of each of
+    ``RISKS`` to its count (or ``"all"``). ``where`` names the parameter in errors.
+    """
+    if not isinstance(n_edits, Mapping):
+        return dict.fromkeys(RISKS, _edit_count(n_edits, where))
+    unknown = sorted(set(n_edits) - set(RISKS))
+    missing = [risk for risk in RISKS if risk not in n_edits]
+    if unknown or missing:
+        raise ValueError(
+            f"{where}: a count per risk must name each of {list(RISKS)} "
+            f"(unknown: {unknown}, missing: {missing})"
+        )
+    return {risk: _edit_count(n_edits[risk], f"{where}.{risk}") for risk in RISKS}
+
+
+def first_cases_per_risk(
+    cases: pd.DataFrame, n_edits: int | str | Mapping[str, int | str], where: str
+) -> list[str]:
+    """The ids of the first cases of each risk (``edits_per_risk``), in the order of
+    ``cases`` (rows with ``case_id`` and ``risk``; a case may have several rows)."""
+    counts = edits_per_risk(n_edits, where)
+    first = cases.drop_duplicates("case_id")
+    rank = first.groupby("risk", sort=False).cumcount()
+    # "all" as an unbounded count
+    limit = first["risk"].map(
+        {risk: float("inf") if n is None else n for risk, n in counts.items()}
+    )
+    return list(first.loc[rank < limit, "case_id"])
+
+
+def first_stored_edits(
+    manifest: pd.DataFrame,
+    probes: pd.DataFrame,
+    n_edits: int | str | Mapping[str, int | str],
+    where: str,
+) -> pd.DataFrame:
+    """The ``manifest`` rows (stored edits) of each method's first ``n_edits`` cases
+    of each risk (``edits_per_risk``), in the ``probes`` table's order of cases."""
+    direct = probes.loc[probes["probe_type"] == "direct", ["case_id", "risk"]]
+    kept = [
+        rows[
+            rows["case_id"].isin(
+                first_cases_per_risk(
+                    direct[direct["case_id"].isin(rows["case_id"])], n_edits, where
+                )
+            )
+        ]
+        for _, rows in manifest.groupby("method", sort=False)
+    ]
+    return pd.concat(kept) if kept else manifest.iloc[:0]
+
+
+def edits_measured(edits: pd.DataFrame, probes: pd.DataFrame, parameter: str) -> str:
+    """One sentence for a report: how many of the dataset's edits of each risk
+    ``edits`` (rows with ``method`` and ``case_id``) hold per method, and the
+    parameter that chose them."""
+    risks = probes[probes["probe_type"] == "direct"].drop_duplicates("case_id")
+    risk_of = risks.set_index("case_id")["risk"]
+    totals = risks["risk"].value_counts()
+    parts = []
+    for method, rows in edits.drop_duplicates(["method", "case_id"]).groupby("method"):
+        counts = rows["case_id"].map(risk_of).value_counts()
+        shares = ", ".join(
+            f"{risk} {counts.get(risk, 0)} of {totals[risk]}"
+            for risk in RISKS
+            if risk in totals
+        )
+        parts.append(f"{method}: {shares}")
+    return (
+        f"Edits measured, per method and risk, of the dataset's (the first of each "
+        f"risk, `{parameter}`): {'; '.join(parts) or 'none'}."
     )

@@ -106,9 +106,12 @@ def mitigation_markdown(
     tamper_auroc: pd.DataFrame,
     excluded: pd.DataFrame,
     roles: pd.DataFrame,
+    edits: str,
 ) -> str:
-    """The markdown report of both results; the headline is the ``disjoint`` rows."""
-    lines = ["# kebench mitigation", "", "## Rule-guided propagation", ""]
+    """The markdown report of both results; the headline is the ``disjoint`` rows.
+    ``edits`` says which edits were mitigated and audited
+    (``kebench.qa.probes.edits_measured``)."""
+    lines = ["# kebench mitigation", "", edits, "", "## Rule-guided propagation", ""]
     lines += [
         f"Gap closure per held-out set; the headline is `{HELD_OUT[0]}` (held-out "
         "probes that share neither the relation nor the new answer of an extra edit).",

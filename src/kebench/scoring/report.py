@@ -21,6 +21,15 @@ HEADLINE = [
 # the headline's numbers are teacher-forced (the generated ones: ``protocol_table``)
 HEADLINE_PROTOCOLS = ("prob", "argmax")
 
+# What the floor's numbers mean, for a reader who takes its EditSucc for a success.
+UNEDITED_TEXT = (
+    "`unedited` is the floor, the base model scored as if it were edited: its "
+    "EditSucc (protocol `prob`) is the share of direct probes whose new answer the "
+    "base model already prefers to the old one, and its Consistency and gap are the "
+    "same base rates for the entailed probes, not edits that worked; read a method's "
+    "row against it."
+)
+
 POPULATION_TEXT = {
     "itt": "intention to treat: every requested edit, a failed edit counting as a "
     "failure of each of its probes",
@@ -188,6 +197,8 @@ def run_summary(headline: pd.DataFrame, paths: list[str]) -> str:
         f"Headline (population {population or '?'}; %, 95% CI, n):",
         "",
         headline_markdown(headline),
+        "",
+        UNEDITED_TEXT,
     ]
     if paths:
         lines += ["", "Reports and plots:", *(f"  {path}" for path in paths)]
@@ -202,13 +213,15 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     population: str,
     *,
     semantics: str,
+    edits: str,
     protocols: pd.DataFrame | None = None,
     counterfact: pd.DataFrame | None = None,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
     (``drops``: ``kebench.scoring.evaluate.drop_counts``). ``semantics``: how the
-    entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md).
+    entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md);
+    ``edits``: which edits were evaluated (``kebench.qa.probes.edits_measured``).
     ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
     generated answers; ``counterfact`` (``counterfact_table``), CounterFact's standard
     metrics."""
@@ -220,6 +233,8 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
         "probes whose premises, the base model knows (it prefers the KG's answer over "
         "the relation's other answers).",
         "",
+        edits,
+        "",
         f"Population of EditSucc, Consistency and the gap: `{population}` "
         f"({POPULATION_TEXT[population]}); locality: `ok_edits`. `metrics.csv` has "
         "both populations (column `population`).",
@@ -229,8 +244,7 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
         "(edits for Consistency's mean over edits; the gap is paired over edits that "
         "have entailed probes, n counts those probes). EditSucc, Consistency and the "
         "gap compare probabilities (protocol `prob`); locality compares argmax tokens "
-        "before and after the edit (`argmax`). `unedited` is the floor: the base model "
-        "scored as if it were edited.",
+        f"before and after the edit (`argmax`). {UNEDITED_TEXT}",
         "",
         headline_markdown(headline),
     ]

@@ -148,8 +148,9 @@ REPORTED = {
 }
 
 
-def stealth_markdown(table: pd.DataFrame, aurocs: pd.DataFrame) -> str:
-    """The stealthiness table and the AUROC per measure as markdown, with 95% CIs."""
+def stealth_markdown(table: pd.DataFrame, aurocs: pd.DataFrame, edits: str) -> str:
+    """The stealthiness table and the AUROC per measure as markdown, with 95% CIs;
+    ``edits`` says which edits were measured (``kebench.qa.probes.edits_measured``)."""
     columns = [c for c in REPORTED if c in table]
     lines = [
         "# kebench stealthiness",
@@ -161,6 +162,8 @@ def stealth_markdown(table: pd.DataFrame, aurocs: pd.DataFrame) -> str:
         "drift, perplexity ratio edited/base on neutral text, next-token KL on "
         "unrelated prompts, accuracy shifts on general probes, and locality. n: edits "
         "(failed edits excluded).",
+        "",
+        edits,
         "",
         "| model | method | risk | n | failed | "
         + " | ".join(REPORTED[c] for c in columns)

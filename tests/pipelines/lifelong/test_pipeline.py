@@ -197,6 +197,7 @@ def test_an_unknown_top_up_source_is_named(evaluated_root):
             catalog.load("probes"),
             catalog.load("entailed_facts"),
             catalog.load("params:relations"),
+            catalog.load("params:rippleedits_relations"),
             catalog.load("params:risk_unification"),
             params,
         )

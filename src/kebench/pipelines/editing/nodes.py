@@ -27,20 +27,25 @@ from kebench.editing.runner import (
 )
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
-from kebench.qa.probes import case_facts, case_paraphrases, rewritten_facts
+from kebench.qa.probes import (
+    case_facts,
+    case_paraphrases,
+    first_cases_per_risk,
+    rewritten_facts,
+)
 from kebench.schemas import EDIT_DELTAS
 
 
-def first_edits_per_risk(probes: pd.DataFrame, n_edits: int | str) -> pd.DataFrame:
-    """The direct probes of the first ``n_edits`` cases of each risk ("all": every
-    one), so that benign edits and each kind of injection are all represented."""
+def first_edits_per_risk(
+    probes: pd.DataFrame, n_edits: int | str | dict[str, int | str]
+) -> pd.DataFrame:
+    """The direct probes of the first ``n_edits`` cases of each risk (one count, a
+    count per risk, or "all"), so that benign edits and each kind of injection are all
+    represented."""
     direct = probes[probes["probe_type"] == "direct"]
-    if n_edits in (None, "all"):
-        return direct
-    first_cases = (
-        direct.drop_duplicates("case_id").groupby("risk", sort=False).head(int(n_edits))
-    )
-    return direct[direct["case_id"].isin(first_cases["case_id"])]
+    return direct[
+        direct["case_id"].isin(first_cases_per_risk(direct, n_edits, "editing.n_edits"))
+    ]
 
 
 def resolve_edit_hparams(

@@ -23,7 +23,7 @@ from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
-from kebench.qa.probes import FACT_KEY, rewritten_facts
+from kebench.qa.probes import FACT_KEY, edits_measured, rewritten_facts
 from kebench.schemas import COUNTERFACT_SCORES, JUDGEMENTS, METRICS, PROBE_SCORES
 from kebench.scoring import counterfact
 from kebench.scoring.evaluate import (
@@ -72,7 +72,7 @@ def _settings(params: dict[str, Any]) -> ScoringSettings:
             instruction=wild["instruction"],
             stop_strings=tuple(wild["stop_strings"]),
             max_new_tokens=int(wild["max_new_tokens"]),
-            batch_size=int(params["batch_size"]),
+            batch_size=int(wild["batch_size"]),
         ),
         wild_types=tuple(wild["probe_types"]),
     )
@@ -473,6 +473,8 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     failed_edits: pd.DataFrame,
     joint_dropped_probes: pd.DataFrame,
     entailed_facts: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+    probes: pd.DataFrame,
     params: dict[str, Any],
 ) -> tuple[str, pd.DataFrame, Figure, Figure]:
     """The markdown report, its headline table (in the population
@@ -487,6 +489,7 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         "kebench evaluation",
         population,
         semantics=consequence_semantics(entailed_facts),
+        edits=edits_measured(selected_edits, probes, "editing.n_edits"),
         protocols=protocol_table(metrics, population),
         counterfact=counterfact_table(metrics),
     )

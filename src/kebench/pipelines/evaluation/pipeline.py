@@ -176,6 +176,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "failed_edits",
                     "joint_dropped_probes",
                     "entailed_facts",
+                    "selected_edits",
+                    "probes",
                     "params:evaluation",
                 ],
                 outputs=[

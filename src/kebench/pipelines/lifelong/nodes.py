@@ -45,7 +45,7 @@ NO_TOP_UP = "none"
 
 
 def _top_up_probes(
-    params: dict[str, Any], relations: dict[str, Any], qa_format: str
+    params: dict[str, Any], relations: RelationCatalog, qa_format: str
 ) -> pd.DataFrame | None:
     """The direct probes of the top-up source's edits (None: no top-up)."""
     name = params["top_up"]
@@ -57,15 +57,16 @@ def _top_up_probes(
             f"{sorted(params['sources'])} or {NO_TOP_UP!r}"
         )
     raw = read_source(name, params["sources"][name])
-    requests = parse_edit_cases(raw, RelationCatalog.from_config(relations))
+    requests = parse_edit_cases(raw, relations)
     probes = edit_probes(requests, qa_format, {})
     return unify_probes([probes[probes["probe_type"] == "direct"]])
 
 
-def plan_lifelong_stream(
+def plan_lifelong_stream(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
     entailed_facts: pd.DataFrame,
     relations: dict[str, Any],
+    rippleedits_relations: dict[str, Any],
     risk_params: dict[str, Any],
     params: dict[str, Any],
 ) -> pd.DataFrame:
@@ -74,7 +75,11 @@ def plan_lifelong_stream(
     n_edits = int(params["edits"])
     direct = edit_count(probes)
     top_up = (
-        _top_up_probes(params, relations, risk_params["qa_format"])
+        _top_up_probes(
+            params,
+            RelationCatalog.from_config(relations, rippleedits_relations),
+            risk_params["qa_format"],
+        )
         if direct < n_edits
         else None
     )

@@ -29,6 +29,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "probes",
                     "entailed_facts",
                     "params:relations",
+                    "params:rippleedits_relations",
                     "params:risk_unification",
                     "params:lifelong",
                 ],

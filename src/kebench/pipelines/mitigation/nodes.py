@@ -20,7 +20,7 @@ from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
 from kebench.pipelines.editing.nodes import method_job
 from kebench.pipelines.evaluation.nodes import select_edits
-from kebench.qa.probes import case_paraphrases
+from kebench.qa.probes import case_paraphrases, edits_measured, first_stored_edits
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.evaluate import ScoringSettings
 from kebench.scoring.mitigation import (
@@ -40,11 +40,19 @@ from kebench.scoring.tamper import audit_stored_edits, auroc_table, plot_roc
 logger = logging.getLogger(__name__)
 
 
+# the parameter that picks the mitigated and audited edits, as reports name it
+SUBSET_PARAMETER = "mitigation.n_edits"
+
+
 def select_mitigation_edits(
-    edit_manifest: pd.DataFrame, probe_scores: pd.DataFrame, params: dict[str, Any]
+    edit_manifest: pd.DataFrame,
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+    params: dict[str, Any],
 ) -> pd.DataFrame:
-    """The stored edits to mitigate and audit; their methods must have been evaluated
-    (the original edits' scores come from the evaluation)."""
+    """The stored edits to mitigate and audit: the chosen methods, and of those the
+    first ``n_edits`` of each risk; their methods must have been evaluated (the
+    original edits' scores come from the evaluation)."""
     edits = select_edits(edit_manifest, params)
     missing = sorted(set(edits["method"]) - set(probe_scores["method"]))
     if missing:
@@ -53,7 +61,8 @@ def select_mitigation_edits(
             f"same methods first (kedro run --pipelines=evaluation "
             f"--params=method={'+'.join(missing)})"
         )
-    return edits
+    edits = first_stored_edits(edits, probes, params["n_edits"], SUBSET_PARAMETER)
+    return edits.reset_index(drop=True)
 
 
 def _ok_cases(mitigation_edits: pd.DataFrame) -> list[str]:
@@ -242,15 +251,21 @@ def summarise_tamper_audit(
     return table, plot_roc(tamper_audit, table)
 
 
-def build_mitigation_report(
+def build_mitigation_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     mitigation_metrics: pd.DataFrame,
     tamper_auroc: pd.DataFrame,
     mitigation_excluded: pd.DataFrame,
     mitigation_probes: pd.DataFrame,
+    mitigation_edits: pd.DataFrame,
+    probes: pd.DataFrame,
 ) -> str:
-    """The markdown report of both results."""
+    """The markdown report of both results, with the edits they were measured on."""
     return mitigation_markdown(
-        mitigation_metrics, tamper_auroc, mitigation_excluded, mitigation_probes
+        mitigation_metrics,
+        tamper_auroc,
+        mitigation_excluded,
+        mitigation_probes,
+        edits_measured(mitigation_edits, probes, SUBSET_PARAMETER),
     )
 
 

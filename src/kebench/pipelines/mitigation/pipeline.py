@@ -24,7 +24,12 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=select_mitigation_edits,
-                inputs=["edit_manifest", "probe_scores", "params:mitigation"],
+                inputs=[
+                    "edit_manifest",
+                    "probe_scores",
+                    "probes",
+                    "params:mitigation",
+                ],
                 outputs="mitigation_edits",
                 name="select_mitigation_edits",
             ),
@@ -132,6 +137,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "tamper_auroc",
                     "mitigation_excluded",
                     "mitigation_probes",
+                    "mitigation_edits",
+                    "probes",
                 ],
                 outputs="mitigation_report",
                 name="build_mitigation_report",

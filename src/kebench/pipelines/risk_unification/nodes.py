@@ -7,7 +7,12 @@ from typing import Any
 import pandas as pd
 
 from kebench.kg.aliases import aliases_by_label
-from kebench.kg.edit_cases import RawEditCases, counterfact_prompts, dataset_probes
+from kebench.kg.edit_cases import (
+    RawEditCases,
+    RelationCatalog,
+    counterfact_prompts,
+    dataset_probes,
+)
 from kebench.qa.entailment import edit_relations
 from kebench.qa.premises import premise_probes
 from kebench.qa.probes import (
@@ -45,14 +50,26 @@ def collect_entailed_probes(
     return entailed_probes(entailed_questions, edit_requests, entailed_facts)
 
 
+def read_dataset_probes(
+    raw_edit_cases: RawEditCases,
+    relations: dict[str, Any],
+    rippleedits_relations: dict[str, Any],
+) -> pd.DataFrame:
+    """The dataset's own probes as its files state them (a RippleEdits file's read
+    with the phrases of RippleEdits' relation table)."""
+    return dataset_probes(
+        raw_edit_cases, RelationCatalog.from_config(relations, rippleedits_relations)
+    )
+
+
 def collect_dataset_probes(
-    raw_edit_cases: RawEditCases, edit_requests: pd.DataFrame, params: dict[str, Any]
+    raw_dataset_probes: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    params: dict[str, Any],
 ) -> pd.DataFrame:
     """The dataset's own probes: MQuAKE's multi-hop questions, CounterFact's and
-    zsRE's paraphrases and locality prompts."""
-    return dataset_probe_rows(
-        dataset_probes(raw_edit_cases), edit_requests, params["qa_format"]
-    )
+    zsRE's paraphrases and locality prompts, RippleEdits' tests."""
+    return dataset_probe_rows(raw_dataset_probes, edit_requests, params["qa_format"])
 
 
 def collect_counterfact_prompts(
@@ -113,7 +130,7 @@ def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
 
 def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probes: pd.DataFrame,
-    raw_edit_cases: RawEditCases,
+    raw_dataset_probes: pd.DataFrame,
     entailed_questions: pd.DataFrame,
     entailed_facts: pd.DataFrame,
     edit_requests: pd.DataFrame,
@@ -139,5 +156,5 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         relations=relations,
         n_candidates=settings["n_candidates"],
         seed=settings["seed"],
-        dataset_probes=dataset_probes(raw_edit_cases),
+        dataset_probes=raw_dataset_probes,
     )

@@ -9,6 +9,7 @@ from kebench.pipelines.risk_unification.nodes import (
     collect_entailed_probes,
     collect_injection_probes,
     collect_premise_probes,
+    read_dataset_probes,
     sample_locality_probes,
     summarise_probes,
     unify_probe_table,
@@ -36,8 +37,22 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="collect_entailed_probes",
             ),
             Node(
+                func=read_dataset_probes,
+                inputs=[
+                    "raw_edit_cases",
+                    "params:relations",
+                    "params:rippleedits_relations",
+                ],
+                outputs="raw_dataset_probes",
+                name="read_dataset_probes",
+            ),
+            Node(
                 func=collect_dataset_probes,
-                inputs=["raw_edit_cases", "edit_requests", "params:risk_unification"],
+                inputs=[
+                    "raw_dataset_probes",
+                    "edit_requests",
+                    "params:risk_unification",
+                ],
                 outputs="dataset_probes",
                 name="collect_dataset_probes",
             ),
@@ -83,7 +98,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 func=collect_premise_probes,
                 inputs=[
                     "probes",
-                    "raw_edit_cases",
+                    "raw_dataset_probes",
                     "entailed_questions",
                     "entailed_facts",
                     "edit_requests",

@@ -18,6 +18,8 @@ from kebench.compute.engine import (
 )
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.qa.probes import edits_measured, first_stored_edits
 from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
 from kebench.scoring.drift import (
     DRIFT_COLUMNS,
@@ -42,6 +44,21 @@ logger = logging.getLogger(__name__)
 
 def _case_risks(probes: pd.DataFrame) -> pd.Series:
     return probes.drop_duplicates("case_id").set_index("case_id")["risk"]
+
+
+# the parameter that picks the measured edits, as reports name it
+SUBSET_PARAMETER = "stealthiness.n_edits"
+
+
+def select_stealth_edits(
+    edit_manifest: pd.DataFrame, probes: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """The stored edits to measure: the chosen methods in the chosen mode, and of
+    those the first ``n_edits`` of each risk (an edit's drift costs seconds)."""
+    edits = first_stored_edits(
+        select_edits(edit_manifest, params), probes, params["n_edits"], SUBSET_PARAMETER
+    )
+    return edits.reset_index(drop=True)
 
 
 def build_general_sets(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -173,7 +190,9 @@ def build_stealth_report(
     return (
         table,
         aurocs,
-        stealth_markdown(table, aurocs),
+        stealth_markdown(
+            table, aurocs, edits_measured(stealth_edits, probes, SUBSET_PARAMETER)
+        ),
         plot_success_vs_drift(stealth_scores),
     )
 

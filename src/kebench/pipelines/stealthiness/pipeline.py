@@ -2,7 +2,6 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from kebench.pipelines.evaluation.nodes import select_edits
 from kebench.pipelines.stealthiness.nodes import (
     build_general_sets,
     build_stealth_report,
@@ -11,6 +10,7 @@ from kebench.pipelines.stealthiness.nodes import (
     measure_drift_shards,
     plan_drift_shards,
     score_stealth,
+    select_stealth_edits,
     track_stealth_metrics,
 )
 
@@ -20,8 +20,8 @@ def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
             Node(
-                func=select_edits,
-                inputs=["edit_manifest", "params:stealthiness"],
+                func=select_stealth_edits,
+                inputs=["edit_manifest", "probes", "params:stealthiness"],
                 outputs="stealth_edits",
                 name="select_stealth_edits",
             ),
