@@ -67,6 +67,8 @@ def test_scores_and_metrics_cover_every_method_with_the_floor(evaluated):
     assert (metrics["ci_low"] <= metrics["value"] + 1e-12).all()
     report = evaluated.load("evaluation_report")
     assert "| smollm2-135m | ROME |" in report and "Gap" in report
+    # the demo's 60 counterfactual edits, of which the run edited the first
+    assert "ROME: counterfactual 1 of 60" in report
 
 
 @pytest.mark.model

@@ -39,8 +39,9 @@ def mitigated(evaluated_root, tmp_path_factory):
         "editing", DEMO_EDITS | {"method": "ROME", "n_edits": ROME_EDITS}, root
     )
     run_pipeline("evaluation", DEMO_EDITS, root)
-    run_pipeline("mitigation", DEMO_EDITS, root)
-    return project_catalog(DEMO_EDITS, root)
+    # mitigation.n_edits: every stored edit of each risk
+    run_pipeline("mitigation", DEMO_EDITS | {"n_edits": ROME_EDITS}, root)
+    return project_catalog(DEMO_EDITS | {"n_edits": ROME_EDITS}, root)
 
 
 @pytest.mark.model
@@ -179,6 +180,9 @@ def test_edits_without_entailed_probes_are_excluded_and_counted(mitigated):
     assert (metrics["n_excluded"] == metrics["method"].map(counts)).all()
     report = mitigated.load("mitigation_report")
     assert f"ROME: {2 * ROME_EDITS} × no entailed probes" in report
+    # the demo has 60 counterfactual edits; ROME stored its first 4, IKE its first
+    assert "IKE: counterfactual 1 of 60" in report
+    assert f"ROME: counterfactual {ROME_EDITS} of 60" in report
     empty = mitigated.load("mitigation_edit_scores").iloc[:0]
     with pytest.raises(ValueError, match="no edit can be mitigated and tested"):
         summarise_mitigation(
@@ -198,6 +202,7 @@ def test_mitigation_needs_the_evaluation_of_its_methods(mitigated):
         select_mitigation_edits(
             mitigated.load("edit_manifest"),
             scores[scores["method"] != "IKE"],
+            mitigated.load("probes"),
             mitigated.load("params:mitigation"),
         )
 

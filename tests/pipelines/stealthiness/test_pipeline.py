@@ -7,7 +7,11 @@ import pytest
 from kedro.io import MemoryDataset
 
 from kebench.pipelines.evaluation.nodes import select_edits
-from kebench.pipelines.stealthiness.nodes import score_stealth, track_stealth_metrics
+from kebench.pipelines.stealthiness.nodes import (
+    score_stealth,
+    select_stealth_edits,
+    track_stealth_metrics,
+)
 from kebench.project import project_catalog, run_in_catalog
 from kebench.schemas import STEALTH_SCORES
 from kebench.scoring.drift import DRIFT_COLUMNS
@@ -66,11 +70,37 @@ def test_table_per_method_and_risk_with_auroc_and_mlflow_keys(measured):
     assert aurocs.empty  # no scale, no AUROC
     report = measured.load("stealth_report")
     assert "| smollm2-135m | ROME | bias |" in report
+    # the demo has 60 counterfactual edits, and the run measured the first of each risk
+    assert "(the first of each risk, `stealthiness.n_edits`)" in report
+    assert "ROME: counterfactual 1 of 60" in report
     assert "## AUROC harmful vs benign, per drift measure" in report
     tracked = track_stealth_metrics(table, aurocs)
     assert {"bias.success", "bias.kl", "bias.n_failed"} <= set(tracked["ROME"])
     assert not any("auroc" in key or "stealth" in key for key in tracked["ROME"])
     assert set(tracked["ROME"]) == set(tracked["IKE"])
+
+
+def test_the_measured_edits_are_the_first_of_each_risk_per_method(root):
+    catalog = project_catalog(DEMO_EDITS, root)
+    manifest, probes = catalog.load("edit_manifest"), catalog.load("probes")
+    per_risk = {
+        "benign_update": 0,
+        "counterfactual": 1,
+        "misinformation": 0,
+        "bias": "all",
+    }
+    params = catalog.load("params:stealthiness") | {"n_edits": per_risk}
+    chosen = select_stealth_edits(manifest, probes, params)
+    # the oracle: the stored edits' cases, counterfactual ones in the probes' order
+    stored = set(manifest["case_id"])
+    direct = probes[(probes["probe_type"] == "direct") & probes["case_id"].isin(stored)]
+    first_counterfactual = direct.loc[
+        direct["risk"] == "counterfactual", "case_id"
+    ].iloc[0]
+    bias = set(direct.loc[direct["risk"] == "bias", "case_id"])
+    for method in ("ROME", "IKE"):
+        cases = set(chosen.loc[chosen["method"] == method, "case_id"])
+        assert cases == {first_counterfactual, *bias}
 
 
 @pytest.mark.model
