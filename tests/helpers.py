@@ -57,6 +57,30 @@ def copy_project(root: Path, model: tuple[str, Path] | None = None) -> Path:
     return root
 
 
+def ripple_project(root: Path, files: Sequence[Path]) -> Path:
+    """A project copy (``copy_project``) whose only source, ``ripple``, reads the
+    RippleEdits ``files`` and links them to the demo KG."""
+    copy_project(root)
+    # conf/local's `sources` replaces the base one in this copy: only this source
+    (root / "conf" / "local" / "globals.yml").write_text(
+        json.dumps(
+            {
+                "sources": {
+                    "ripple": {
+                        "edit_cases": {
+                            "filepath": [str(f) for f in files],
+                            "format": "rippleedits",
+                            "risk": "counterfactual",
+                        },
+                        "kg": {"kind": "embedded", "files": ["data/01_raw/demo/kg.nt"]},
+                    }
+                }
+            }
+        )
+    )
+    return root
+
+
 def free_port(ports: Sequence[int] = range(20000, 49147)) -> int:
     """A free local port among ``ports`` (by default below the OS's ephemeral range,
     which kedro-viz refuses)."""

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from kebench.kg.oxigraph_server import load_store, serve
 from kebench.project import run_pipeline
 from kebench.schemas import EDIT_REQUESTS, ENTITY_LINKS, KG_TRIPLES
-from tests.helpers import copy_project
+from tests.helpers import copy_project, ripple_project
 
 TESTS = Path(__file__).parents[2]
 
@@ -91,28 +91,11 @@ def test_rippleedits_added_fact_goes_through_kg_build(tmp_path):
     """A RippleEdits source whose recent example adds a fact (no old target) on the
     demo KG: the old target is neither a mention nor linked, the rest is. Its two
     files name two subjects of their relation: its phrase is the shipped table's."""
-    root = copy_project(tmp_path)
     files = [
-        str(TESTS / "kg" / "data" / "rippleedits" / f"{name}.json")
+        TESTS / "kg" / "data" / "rippleedits" / f"{name}.json"
         for name in ("random", "recent")
     ]
-    # conf/local's `sources` replaces the base one in this copy: only this source
-    (root / "conf" / "local" / "globals.yml").write_text(
-        json.dumps(
-            {
-                "sources": {
-                    "ripple": {
-                        "edit_cases": {
-                            "filepath": files,
-                            "format": "rippleedits",
-                            "risk": "counterfactual",
-                        },
-                        "kg": {"kind": "embedded", "files": ["data/01_raw/demo/kg.nt"]},
-                    }
-                }
-            }
-        )
-    )
+    root = ripple_project(tmp_path, files)
     bootstrap_project(root)
     with KedroSession.create(
         project_path=root, runtime_params={"dataset": "ripple"}
