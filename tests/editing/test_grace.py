@@ -239,11 +239,14 @@ def all_applied(lm, deltas) -> contextlib.ExitStack:
 def test_a_warm_value_before_training_is_the_modules_own_output(lm, grace_setup):
     """``val_init: warm`` starts the value at the module's output at the query
     position: with no training step, the codebook replaces that output by itself,
-    and the edit prompt scores exactly as before."""
+    and the edit prompt scores as before, to float rounding: the value comes from
+    the edit's own forward pass, whose shapes (and so, on some CPUs, whose kernels'
+    last bits) differ from the scoring pass's (5e-7 apart on an AMD EPYC)."""
     entry, hparams, context = grace_setup
     request = demo_requests()[0]
     warm = replace(hparams, val_init="warm", n_iter=0)
     delta = entry.compute(lm, [request], warm, context)
     before = scores(lm, [request.text], [request.target_new])
     with delta_applied(lm.model, delta):
-        assert scores(lm, [request.text], [request.target_new]) == before
+        after = scores(lm, [request.text], [request.target_new])
+    assert after == pytest.approx(before, rel=0, abs=1e-5)
