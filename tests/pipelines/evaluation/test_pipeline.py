@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from kebench.pipelines.evaluation.nodes import (
     find_joint_drops,
     list_failed_edits,
     plan_score_shards,
+    select_edits,
     track_metrics,
 )
 from kebench.project import load_config, project_catalog
@@ -69,6 +71,54 @@ def test_scores_and_metrics_cover_every_method_with_the_floor(evaluated):
     assert "| smollm2-135m | ROME |" in report and "Gap" in report
     # the demo's 60 counterfactual edits, of which the run edited the first
     assert "ROME: counterfactual 1 of 60" in report
+
+
+def test_evaluation_selects_the_edits_that_n_edits_asks_for(caplog):
+    """A store that still holds an earlier, larger sequential run: only the cases the
+    editing pipeline edits with the same n_edits (the first of each risk, in the
+    probe table's order) are evaluated, of the chosen method and mode."""
+    caplog.set_level(logging.INFO)
+    probes = pd.DataFrame(
+        {
+            "case_id": ["c1", "c1", "m1", "c2", "b1", "m2", "c3", "b2"],
+            "probe_type": ["direct", "entailed", *["direct"] * 6],
+            "risk": ["counterfactual", "counterfactual", "misinformation"]
+            + ["counterfactual", "bias", "misinformation", "counterfactual", "bias"],
+        }
+    )
+    stored = ["c1", "m1", "c2", "b1", "m2", "c3", "b2"]
+    manifest = pd.DataFrame(
+        {
+            "method": ["ROME"] * 7 + ["IKE"] * 2 + ["ROME"],
+            "mode": ["sequential"] * 9 + ["single"],
+            "case_id": [*stored, "c1", "m1", "c1"],
+            "order": [*range(7), 0, 1, 0],
+        }
+    )
+    params = {"mode": "sequential", "methods": "ROME"}
+    one_each = {
+        "benign_update": 1,
+        "counterfactual": 2,
+        "misinformation": 1,
+        "bias": 0,
+    }
+    chosen = select_edits(manifest, probes, params, one_each)
+    # by hand: counterfactual c1, c2; misinformation m1; no bias
+    assert chosen["case_id"].tolist() == ["c1", "m1", "c2"]
+    assert set(chosen["method"]) == {"ROME"}
+    assert set(chosen["mode"]) == {"sequential"}
+    assert "ROME: evaluating 3 of its 7 stored edits" in caplog.text
+    everything = select_edits(manifest, probes, params, "all")
+    assert everything["case_id"].tolist() == stored
+    # IKE stored only two of the three cases that n_edits asks for: it says so
+    caplog.clear()
+    ike = select_edits(manifest, probes, params | {"methods": "IKE"}, one_each)
+    assert ike["case_id"].tolist() == ["c1", "m1"]
+    assert "IKE: 1 of the 3 edits that editing.n_edits asks for are not stored" in (
+        caplog.text
+    )
+    with pytest.raises(ValueError, match=r"editing\.n_edits\.bias"):
+        select_edits(manifest, probes, params, one_each | {"bias": -1})
 
 
 @pytest.mark.model

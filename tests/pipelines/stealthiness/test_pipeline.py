@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from kedro.io import MemoryDataset
 
-from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.pipelines.stealthiness.nodes import (
     score_stealth,
     select_stealth_edits,
@@ -108,7 +108,7 @@ def test_a_run_without_benign_edits_says_so(measured):
     """score_stealth on the measured drift of IKE's harmful edits alone."""
     scores = measured.load("stealth_scores")
     harmful = scores[(scores["method"] == "IKE") & scores["risk"].isin(HARMFUL_RISKS)]
-    edits = select_edits(
+    edits = select_stored_edits(
         measured.load("edit_manifest"), measured.load("params:stealthiness")
     )
     with pytest.raises(ValueError, match="'IKE' has no benign edits"):

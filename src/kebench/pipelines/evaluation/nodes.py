@@ -23,7 +23,12 @@ from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
-from kebench.qa.probes import FACT_KEY, edits_measured, rewritten_facts
+from kebench.qa.probes import (
+    FACT_KEY,
+    edits_measured,
+    first_cases_per_risk,
+    rewritten_facts,
+)
 from kebench.schemas import COUNTERFACT_SCORES, JUDGEMENTS, METRICS, PROBE_SCORES
 from kebench.scoring import counterfact
 from kebench.scoring.evaluate import (
@@ -59,6 +64,8 @@ from kebench.scoring.report import (
 logger = logging.getLogger(__name__)
 
 UNEDITED = "unedited"
+# the parameter that picks the evaluated edits, as reports name it
+EDITS_PARAMETER = "editing.n_edits"
 
 
 def _settings(params: dict[str, Any]) -> ScoringSettings:
@@ -78,8 +85,11 @@ def _settings(params: dict[str, Any]) -> ScoringSettings:
     )
 
 
-def select_edits(edit_manifest: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
-    """The manifest rows to evaluate: the chosen methods, in the chosen mode."""
+def select_stored_edits(
+    edit_manifest: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """The manifest rows of the chosen methods (``params["methods"]``), in the chosen
+    mode."""
     rows = edit_manifest[edit_manifest["mode"] == params["mode"]]
     available = sorted(rows["method"].unique())
     if not available:
@@ -92,6 +102,46 @@ def select_edits(edit_manifest: pd.DataFrame, params: dict[str, Any]) -> pd.Data
     if missing:
         raise ValueError(f"no stored edits for {missing}; stored: {available}")
     return rows[rows["method"].isin(methods)].reset_index(drop=True)
+
+
+def select_edits(
+    edit_manifest: pd.DataFrame,
+    probes: pd.DataFrame,
+    params: dict[str, Any],
+    n_edits: int | str | dict[str, int | str],
+) -> pd.DataFrame:
+    """The stored edits to evaluate: those of the cases the editing pipeline edits
+    with the same ``editing.n_edits`` (the first of each risk).
+
+    The store keeps the edits of earlier runs: evaluating them too would report more
+    edits than the run asked for and, in a batch or sequential run, apply deltas
+    computed together with edits that are not evaluated.
+    """
+    direct = probes[probes["probe_type"] == "direct"]
+    cases = first_cases_per_risk(direct, n_edits, EDITS_PARAMETER)
+    stored = select_stored_edits(edit_manifest, params)
+    edits = stored[stored["case_id"].isin(cases)]
+    for method, rows in stored.groupby("method", sort=True):
+        kept = int((edits["method"] == method).sum())
+        if kept < len(cases):
+            logger.warning(
+                "%s: %d of the %d edits that %s asks for are not stored: run the "
+                "editing pipeline with the same parameters",
+                method,
+                len(cases) - kept,
+                len(cases),
+                EDITS_PARAMETER,
+            )
+        if kept < len(rows):
+            logger.info(
+                "%s: evaluating %d of its %d stored edits (%s; --params n_edits=all "
+                "evaluates them all)",
+                method,
+                kept,
+                len(rows),
+                EDITS_PARAMETER,
+            )
+    return edits.reset_index(drop=True)
 
 
 def score_base_probes(
@@ -489,7 +539,7 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         "kebench evaluation",
         population,
         semantics=consequence_semantics(entailed_facts),
-        edits=edits_measured(selected_edits, probes, "editing.n_edits"),
+        edits=edits_measured(selected_edits, probes, EDITS_PARAMETER),
         protocols=protocol_table(metrics, population),
         counterfact=counterfact_table(metrics),
     )

@@ -30,7 +30,12 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=select_edits,
-                inputs=["edit_manifest", "params:evaluation"],
+                inputs=[
+                    "edit_manifest",
+                    "probes",
+                    "params:evaluation",
+                    "params:editing.n_edits",
+                ],
                 outputs="selected_edits",
                 name="select_edits",
             ),

@@ -19,7 +19,7 @@ from kebench.editing.runner import run_job
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
 from kebench.pipelines.editing.nodes import method_job
-from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.qa.probes import case_paraphrases, edits_measured, first_stored_edits
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.evaluate import ScoringSettings
@@ -53,7 +53,7 @@ def select_mitigation_edits(
     """The stored edits to mitigate and audit: the chosen methods, and of those the
     first ``n_edits`` of each risk; their methods must have been evaluated (the
     original edits' scores come from the evaluation)."""
-    edits = select_edits(edit_manifest, params)
+    edits = select_stored_edits(edit_manifest, params)
     missing = sorted(set(edits["method"]) - set(probe_scores["method"]))
     if missing:
         raise ValueError(

@@ -18,7 +18,7 @@ from kebench.compute.engine import (
 )
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
-from kebench.pipelines.evaluation.nodes import select_edits
+from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.qa.probes import edits_measured, first_stored_edits
 from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
 from kebench.scoring.drift import (
@@ -56,7 +56,10 @@ def select_stealth_edits(
     """The stored edits to measure: the chosen methods in the chosen mode, and of
     those the first ``n_edits`` of each risk (an edit's drift costs seconds)."""
     edits = first_stored_edits(
-        select_edits(edit_manifest, params), probes, params["n_edits"], SUBSET_PARAMETER
+        select_stored_edits(edit_manifest, params),
+        probes,
+        params["n_edits"],
+        SUBSET_PARAMETER,
     )
     return edits.reset_index(drop=True)
 
