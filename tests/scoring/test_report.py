@@ -89,6 +89,7 @@ def test_report_says_which_edits_it_measured_and_what_the_floor_means():
     assert "Edits measured: ROME: counterfactual 2 of 3." in markdown
     assert "already prefers to the old one" in markdown
     assert "not edits that worked" in markdown
+    assert "its gap against 0" in markdown
 
 
 def test_report_shows_the_protocol_gap():

@@ -26,8 +26,9 @@ UNEDITED_TEXT = (
     "`unedited` is the floor, the base model scored as if it were edited: its "
     "EditSucc (protocol `prob`) is the share of direct probes whose new answer the "
     "base model already prefers to the old one, and its Consistency and gap are the "
-    "same base rates for the entailed probes, not edits that worked; read a method's "
-    "row against it."
+    "same base rates for the entailed probes, not edits that worked. An edit whose "
+    "consequences all follow has a gap of 0 whatever the floor: read a method's "
+    "EditSucc and Consistency against the floor's, and its gap against 0."
 )
 
 POPULATION_TEXT = {
