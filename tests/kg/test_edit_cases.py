@@ -463,6 +463,22 @@ def first_record(name: str) -> dict:
     return json.loads((DATA / "rippleedits" / "one" / f"{name}.json").read_text())[0]
 
 
+def test_rippleedits_readme_spelling_of_relation_specificity_reads(tmp_path):
+    """RippleEdits' README example spells the category Relation_Specifity: a file
+    written after it keeps its locality probe."""
+    record = first_record("popular")
+    record["Relation_Specifity"] = record.pop("Relation_Specificity")
+    probes = dataset_probes(ripple_file(tmp_path, [record]), RIPPLE_RELATIONS)
+    assert probes_of(probes, "src-ripple-0", "locality") == [
+        (
+            "The name of the country of citizenship of Leonardo DiCaprio is",
+            "United States of America",
+            "United States of America",
+            "Relation_Specificity",
+        )
+    ]
+
+
 def test_rippleedits_prompt_off_the_table_phrase_names_the_record(tmp_path):
     record = first_record("random")
     record["edit"]["prompt"] = "The capital of Burkina Faso is Bobo-Dioulasso."

@@ -383,6 +383,9 @@ RIPPLE_TESTS: dict[str, str] = {
     "Compositionality_I": "multihop",
     "Compositionality_II": "multihop",
 }
+# RippleEdits' README example spells one category differently from its data files: a
+# file written after it reads the same.
+RIPPLE_TEST_SPELLINGS = {"Relation_Specificity": ("Relation_Specifity",)}
 # How many subjects a relation's plain queries need before its phrase is trusted.
 RIPPLE_MIN_SUBJECTS = 3
 # The example types whose edit replaces a fact (RippleEdits' counterfactual files);
@@ -390,10 +393,19 @@ RIPPLE_MIN_SUBJECTS = 3
 RIPPLE_REPLACING = ("popular", "random")
 
 
+def _ripple_tests(record: Mapping[str, Any], name: str) -> list[Any]:
+    """The tests of category ``name`` of a RippleEdits example, under either spelling
+    (``RIPPLE_TEST_SPELLINGS``)."""
+    tests: list[Any] = []
+    for key in (name, *RIPPLE_TEST_SPELLINGS.get(name, ())):
+        tests += record.get(key) or []
+    return tests
+
+
 def _ripple_queries(record: Mapping[str, Any]) -> Iterator[dict]:
     """Every query of a RippleEdits example: its tests' and their conditions'."""
     for name in RIPPLE_TESTS:
-        for test in record.get(name) or []:
+        for test in _ripple_tests(record, name):
             if not isinstance(test, dict):
                 continue
             queries = (test.get("test_queries") or []) + (
@@ -816,7 +828,7 @@ def _ripple_probes_reader(raw: RawEditCases, relations: RelationCatalog) -> Prob
         case_id = _ripple_case_id(raw, index)
         probes = []
         for name, probe_type in RIPPLE_TESTS.items():
-            for test in record.get(name) or []:
+            for test in _ripple_tests(record, name):
                 conditions = _ripple_conditions(test or {})
                 for query in (test or {}).get("test_queries") or []:
                     found = _ripple_answers(query)
