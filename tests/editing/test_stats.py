@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from kebench.editing.interface import EditContext
 from kebench.editing.stats import (
     CorpusUnavailableError,
     ProvenanceMismatchError,
+    paced_batches,
     read_provenance,
     resolve_corpus,
     second_moments,
@@ -397,3 +400,25 @@ def test_corpus_names_resolve_to_what_provenance_records(tmp_path):
         resolve_corpus("hf:a:b:c:d:e")
     with pytest.raises(FileNotFoundError, match="model_samples"):
         resolve_corpus(str(tmp_path / "absent.txt"))
+
+
+def test_a_pass_says_its_batches_before_the_first_and_its_time_after(caplog):
+    """A resumed pass of batches 2 to 4 of 5: the count before any batch runs, the
+    estimate (the first batch's seconds times 3) once the first is done."""
+    caplog.set_level(logging.INFO, logger="kebench.editing.stats")
+    seen = []
+    for batch in paced_batches(range(2, 5), "corpus"):
+        seen.append((batch, [r.getMessage() for r in caplog.records]))
+    assert [batch for batch, _ in seen] == [2, 3, 4]
+    before_first = seen[0][1]
+    assert before_first == [
+        "corpus: 3 of 5 batches to compute; the estimated time follows the first"
+    ]
+    after_first = seen[1][1]
+    assert len(after_first) == 2
+    assert re.fullmatch(
+        r"corpus: 3 batches, about [\d.]+ s in all at the first one's [\d.]+ s",
+        after_first[1],
+    )
+    # nothing more is logged: the bar's ETA follows the running mean
+    assert len(caplog.records) == 2

@@ -228,9 +228,16 @@ def _duration(seconds: float) -> str:
 
 def paced_batches(batches: range, desc: str) -> Iterator[int]:
     """``batches`` (indices from ``batches.start``, the first not done yet) under a
-    progress bar; after the first, when others follow, one INFO line: the pass's
-    estimated time, the first batch's seconds times this run's batches (the bar's ETA
-    then follows the running mean)."""
+    progress bar. One INFO line before the first says how many there are; after the
+    first, when others follow, one more gives the pass's estimated time, the first
+    batch's seconds times this run's batches (the bar's ETA then follows the running
+    mean): a batch's time depends on the machine, so it is measured, not guessed."""
+    logger.info(
+        "%s: %d of %d batches to compute; the estimated time follows the first",
+        desc,
+        len(batches),
+        batches.stop,
+    )
     started = time.perf_counter()
     bar = tqdm(
         batches, initial=batches.start, total=batches.stop, desc=desc, unit="batch"
