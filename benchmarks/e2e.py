@@ -10,10 +10,13 @@ profile) and every output under a fresh scratch folder (``kebench.project.run_pi
 nothing is reused: the model's conversion from its GGUF counts in the editing time, as
 on a fresh clone. MLflow tracking is left out (a local SQLite write per run). Prints one
 JSON object: {"total_s": ..., "pipelines": {"<name>": seconds, ...}, "per_edit_s":
-{"editing": ..., "stealthiness": ...}, "edits": {...}}: a pipeline's seconds over the
-edits it worked on (editing: every edit made, the model's conversion included;
-stealthiness: every edit measured). Target: the whole run in at most 10 minutes on a
-2-core CPU. ``--scheduler`` runs the shards of editing,
+{"editing": ..., "stealthiness": ...}, "edits": {...}, "gaps": [...], "targets": {...}}:
+a pipeline's seconds over the edits it worked on (editing: every edit made, the model's
+conversion included; stealthiness: every edit measured); the report's gaps (protocol
+`prob`, population `itt`, each method's and the unedited floor's, per risk, with their
+95 % CIs); and whether the run met its two targets: the whole run in at most 10 minutes
+on a 2-core CPU, and each edited method's counterfactual gap with a CI whose low end is
+above 0. ``--scheduler`` runs the shards of editing,
 evaluation and stealthiness there instead (``compute.scheduler``, docs/scale_out.md).
 ``--n-edits`` edits, measures and mitigates that many of each risk instead of `make
 run`'s defaults (``all``: every edit), to see what another run would cost.
@@ -34,7 +37,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
     from kebench.hooks import all_pipelines
     from kebench.pipelines import NOT_IN_DEFAULT
-    from kebench.project import run_pipeline
+    from kebench.project import project_catalog, run_pipeline
 
 # data-flow order of the demo run
 ORDER = (
@@ -72,6 +75,26 @@ def time_pipelines(
     return seconds, edits
 
 
+# the run's target: `make run` on a 2-core CPU within ten minutes
+TARGET_S = 600
+
+
+def headline_gaps(root: Path, params: dict[str, str]) -> list[dict]:
+    """The gaps of the evaluation report's headline (``prob``, ``itt``), each
+    method's and the floor's, per risk."""
+    metrics = project_catalog(params, root).load("metrics")
+    gaps = metrics[
+        (metrics["metric"] == "gap")
+        & (metrics["protocol"] == "prob")
+        & (metrics["population"] == "itt")
+    ]
+    percent = ["value", "ci_low", "ci_high"]  # as the report prints them
+    table = gaps[["method", "risk", *percent, "n", "n_edits"]].copy()
+    table[percent] = (table[percent] * 100).round(1)
+    table["n_edits"] = table["n_edits"].astype(int)  # a float column in metrics.csv
+    return table.to_dict("records")
+
+
 def run(args: argparse.Namespace) -> dict:
     """The seconds of each pipeline, their total and the seconds per edit of editing
     and stealthiness, in a scratch folder or ``--keep``."""
@@ -83,14 +106,27 @@ def run(args: argparse.Namespace) -> dict:
         if args.scheduler:
             params["scheduler"] = args.scheduler
         seconds, edits = time_pipelines(root, params)
+        gaps = headline_gaps(root, params)
+    total = round(sum(seconds.values()), 1)
+    edited = [
+        gap
+        for gap in gaps
+        if gap["method"] != "unedited" and gap["risk"] == "counterfactual"
+    ]
     return {
-        "total_s": round(sum(seconds.values()), 1),
+        "total_s": total,
         "pipelines": seconds,
         "per_edit_s": {
             name: round(seconds[name] / count, 2) if count else None
             for name, count in edits.items()
         },
         "edits": edits,
+        "gaps": gaps,
+        "targets": {
+            f"total_s <= {TARGET_S}": total <= TARGET_S,
+            "counterfactual gap ci_low > 0": bool(edited)
+            and all(gap["ci_low"] > 0 for gap in edited),
+        },
     }
 
 

@@ -60,11 +60,42 @@ def test_one_record_rippleedits_files_become_probes(tmp_path):
             "Burkina Faso",
         ),
     }
-    # each case's other tests: popular's and recent's subject aliasing, two
-    # compositional tests, and one relation specificity test each
+    # each case's other tests: popular's and recent's subject aliasing, and two
+    # compositional tests
     counts = probes.groupby(["case_id", "probe_type"]).size()
     assert counts.loc[("ripple-popular-0", "paraphrase")] == 1
     assert counts.loc[("ripple-recent-0", "paraphrase")] == 1
     assert ("ripple-random-0", "paraphrase") not in counts.index
     assert counts.loc[("ripple-popular-0", "multihop")] == 1
     assert counts.loc[("ripple-random-0", "multihop")] == 1
+    # and its Relation_Specificity test, a locality probe whose answer must stay
+    locality = probes[probes["probe_type"] == "locality"]
+    asked = set(
+        zip(
+            locality["case_id"],
+            locality["prompt"],
+            locality["answer_old"],
+            locality["answer_new"],
+            strict=True,
+        )
+    )
+    assert {
+        (
+            "ripple-popular-0",
+            "The name of the country of citizenship of Leonardo DiCaprio is",
+            "United States of America",
+            "United States of America",
+        ),
+        (
+            "ripple-random-0",
+            "The official language of Burkina Faso is",
+            "French",
+            "French",
+        ),
+        (
+            "ripple-recent-0",
+            "The name of the country of citizenship of Kylian Mbappé is",
+            "France",
+            "France",
+        ),
+    } <= asked
