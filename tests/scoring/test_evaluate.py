@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from kebench.scoring.context import PromptContext
-from kebench.scoring.evaluate import ScoringSettings, score_pass
+from kebench.scoring.evaluate import ScoringSettings, require_scored, score_pass
 from kebench.scoring.generation import GenerationSettings, generate_answers
 
 
@@ -60,3 +60,28 @@ def test_a_free_generation_is_scored_only_for_the_configured_types(lm):
     assert scores["wild_text"].tolist()[0] == expected.text
     assert scores["wild_stop"].tolist()[0] == expected.stop
     assert pd.isna(scores["wild_text"].tolist()[1])
+
+
+def test_edits_the_evaluation_did_not_score_are_refused_by_name():
+    """ROME's c2 succeeded but has no scores; c3 failed (it has none by design), and
+    IKE's c1 is scored: the error names c2 alone, and the parameter."""
+    edits = pd.DataFrame(
+        {
+            "method": ["ROME", "ROME", "ROME", "IKE"],
+            "case_id": ["c1", "c2", "c3", "c1"],
+            "status": ["ok", "ok", "failed", "ok"],
+        }
+    )
+    scores = pd.DataFrame(
+        {"method": ["ROME", "IKE", "unedited"], "case_id": ["c1", "c1", "c2"]}
+    )
+    with pytest.raises(
+        ValueError, match=r"^stealthiness\.n_edits picks .*\(ROME: c2 \(1\)\)"
+    ):
+        require_scored(edits, scores, "stealthiness.n_edits")
+    require_scored(edits[edits["case_id"] != "c2"], scores, "stealthiness.n_edits")
+    many = pd.DataFrame(
+        {"method": "ROME", "case_id": [f"c{i}" for i in range(7)], "status": "ok"}
+    )
+    with pytest.raises(ValueError, match=r"ROME: c0, c1, c2, c3, c4 \.\.\. \(7\)"):
+        require_scored(many, scores.iloc[:0], "mitigation.n_edits")

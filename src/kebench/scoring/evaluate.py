@@ -429,6 +429,33 @@ def kept_probes(probes: pd.DataFrame, drops: pd.DataFrame, method: str) -> pd.Da
     return probes[~probes["probe_id"].isin(dropped)]
 
 
+# how many cases an error names, per method
+NAMED_CASES = 5
+
+
+def require_scored(
+    edits: pd.DataFrame, probe_scores: pd.DataFrame, parameter: str
+) -> None:
+    """Refuse ``edits`` (manifest rows picked by ``parameter``) of which one that
+    succeeded has no ``probe_scores``: the pipelines after evaluation measure what it
+    scored, and a missing score would otherwise be a silent NaN or a lookup error."""
+    ok = edits[edits["status"] == "ok"]
+    scored = pd.MultiIndex.from_frame(probe_scores[["method", "case_id"]])
+    missing = ok[~pd.MultiIndex.from_frame(ok[["method", "case_id"]]).isin(scored)]
+    if missing.empty:
+        return
+    unscored = "; ".join(
+        f"{method}: {', '.join(cases[:NAMED_CASES])}"
+        f"{' ...' if len(cases) > NAMED_CASES else ''} ({len(cases)})"
+        for method, cases in missing.groupby("method")["case_id"].agg(list).items()
+    )
+    raise ValueError(
+        f"{parameter} picks edits the evaluation did not score ({unscored}): run the "
+        "evaluation pipeline with an editing.n_edits that covers them "
+        "(kedro run --pipelines=evaluation --params=n_edits=...)"
+    )
+
+
 def plan_shards(
     edits: pd.DataFrame,
     shard_size: int,

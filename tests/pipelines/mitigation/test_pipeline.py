@@ -38,7 +38,8 @@ def mitigated(evaluated_root, tmp_path_factory):
     run_pipeline(
         "editing", DEMO_EDITS | {"method": "ROME", "n_edits": ROME_EDITS}, root
     )
-    run_pipeline("evaluation", DEMO_EDITS, root)
+    # editing.n_edits as the edits: evaluation scores the first 4 of each risk
+    run_pipeline("evaluation", DEMO_EDITS | {"n_edits": ROME_EDITS}, root)
     # mitigation.n_edits: every stored edit of each risk
     run_pipeline("mitigation", DEMO_EDITS | {"n_edits": ROME_EDITS}, root)
     return project_catalog(DEMO_EDITS | {"n_edits": ROME_EDITS}, root)

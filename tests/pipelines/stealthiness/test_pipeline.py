@@ -90,7 +90,9 @@ def test_the_measured_edits_are_the_first_of_each_risk_per_method(root):
         "bias": "all",
     }
     params = catalog.load("params:stealthiness") | {"n_edits": per_risk}
-    chosen = select_stealth_edits(manifest, probes, params)
+    chosen = select_stealth_edits(
+        manifest, catalog.load("probe_scores"), probes, params
+    )
     # the oracle: the stored edits' cases, counterfactual ones in the probes' order
     stored = set(manifest["case_id"])
     direct = probes[(probes["probe_type"] == "direct") & probes["case_id"].isin(stored)]

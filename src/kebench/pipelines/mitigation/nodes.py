@@ -22,7 +22,7 @@ from kebench.pipelines.editing.nodes import method_job
 from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.qa.probes import case_paraphrases, edits_measured, first_stored_edits
 from kebench.qa.verbaliser import Verbaliser
-from kebench.scoring.evaluate import ScoringSettings
+from kebench.scoring.evaluate import ScoringSettings, require_scored
 from kebench.scoring.mitigation import (
     compare_edits,
     edit_measures,
@@ -62,6 +62,7 @@ def select_mitigation_edits(
             f"--params=method={'+'.join(missing)})"
         )
     edits = first_stored_edits(edits, probes, params["n_edits"], SUBSET_PARAMETER)
+    require_scored(edits, probe_scores, SUBSET_PARAMETER)
     return edits.reset_index(drop=True)
 
 

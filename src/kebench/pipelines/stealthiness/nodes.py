@@ -30,7 +30,7 @@ from kebench.scoring.drift import (
     general_sets,
     measure_drift_shard,
 )
-from kebench.scoring.evaluate import plan_shards
+from kebench.scoring.evaluate import plan_shards, require_scored
 from kebench.scoring.stealth import edit_outcomes, stealth_scores
 from kebench.scoring.stealth_report import (
     plot_success_vs_drift,
@@ -51,16 +51,21 @@ SUBSET_PARAMETER = "stealthiness.n_edits"
 
 
 def select_stealth_edits(
-    edit_manifest: pd.DataFrame, probes: pd.DataFrame, params: dict[str, Any]
+    edit_manifest: pd.DataFrame,
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+    params: dict[str, Any],
 ) -> pd.DataFrame:
     """The stored edits to measure: the chosen methods in the chosen mode, and of
-    those the first ``n_edits`` of each risk (an edit's drift costs seconds)."""
+    those the first ``n_edits`` of each risk (an edit's drift costs seconds); each
+    must have been evaluated (its success comes from ``probe_scores``)."""
     edits = first_stored_edits(
         select_stored_edits(edit_manifest, params),
         probes,
         params["n_edits"],
         SUBSET_PARAMETER,
     )
+    require_scored(edits, probe_scores, SUBSET_PARAMETER)
     return edits.reset_index(drop=True)
 
 

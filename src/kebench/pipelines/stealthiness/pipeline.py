@@ -21,7 +21,12 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 func=select_stealth_edits,
-                inputs=["edit_manifest", "probes", "params:stealthiness"],
+                inputs=[
+                    "edit_manifest",
+                    "probe_scores",
+                    "probes",
+                    "params:stealthiness",
+                ],
                 outputs="stealth_edits",
                 name="select_stealth_edits",
             ),
