@@ -204,17 +204,19 @@ def test_each_pass_logs_its_estimated_time_after_its_first_batch(lm, tmp_path, c
     def first(fragment: str) -> int:
         return next(i for i, line in enumerate(lines) if fragment in line)
 
-    sampling, corpus = first("Sampling 130 texts"), first("corpus (130 texts):")
-    accumulation, cached = first("covariance (130 texts):"), first("Covariance of")
-    assert sampling < corpus < accumulation < cached
-    assert ": 3 batches, about " in lines[corpus]
-    assert ": 9 batches, about " in lines[accumulation]
+    sampling, corpus = first("Sampling 130 texts"), first("corpus (130 texts): 3 of 3")
+    corpus_eta = first("corpus (130 texts): 3 batches, about ")
+    accumulation = first("covariance (130 texts): 9 of 9 batches to compute")
+    accumulation_eta = first("covariance (130 texts): 9 batches, about ")
+    cached = first("Covariance of")
+    assert sampling < corpus < corpus_eta < accumulation < accumulation_eta < cached
     # a new run reads the file: no pass, no estimate
     caplog.clear()
     options["context"] = EditContext(tmp_path / "stats")
     with caplog.at_level("INFO", logger="kebench.editing.stats"):
         second_moments(tiny, ["model.layers.1.mlp.down_proj"], **options)
     assert "batches, about" not in caplog.text
+    assert "batches to compute" not in caplog.text
 
 
 RESUMABLE_RUN = """
