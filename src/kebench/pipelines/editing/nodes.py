@@ -35,6 +35,9 @@ from kebench.qa.probes import (
 )
 from kebench.schemas import EDIT_DELTAS
 
+# the parameter that picks the edits, as errors and reports name it
+EDITS_PARAMETER = "editing.n_edits"
+
 
 def first_edits_per_risk(
     probes: pd.DataFrame, n_edits: int | str | dict[str, int | str]
@@ -44,7 +47,7 @@ def first_edits_per_risk(
     represented."""
     direct = probes[probes["probe_type"] == "direct"]
     return direct[
-        direct["case_id"].isin(first_cases_per_risk(direct, n_edits, "editing.n_edits"))
+        direct["case_id"].isin(first_cases_per_risk(direct, n_edits, EDITS_PARAMETER))
     ]
 
 

@@ -22,13 +22,9 @@ from kebench.editing.hparams import describe_resolved
 from kebench.editing.runner import select_methods
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.pipelines.editing.nodes import EDITS_PARAMETER, first_edits_per_risk
 from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
-from kebench.qa.probes import (
-    FACT_KEY,
-    edits_measured,
-    first_cases_per_risk,
-    rewritten_facts,
-)
+from kebench.qa.probes import FACT_KEY, edits_measured, rewritten_facts
 from kebench.schemas import COUNTERFACT_SCORES, JUDGEMENTS, METRICS, PROBE_SCORES
 from kebench.scoring import counterfact
 from kebench.scoring.evaluate import (
@@ -64,8 +60,6 @@ from kebench.scoring.report import (
 logger = logging.getLogger(__name__)
 
 UNEDITED = "unedited"
-# the parameter that picks the evaluated edits, as reports name it
-EDITS_PARAMETER = "editing.n_edits"
 
 
 def _settings(params: dict[str, Any]) -> ScoringSettings:
@@ -117,8 +111,7 @@ def select_edits(
     edits than the run asked for and, in a batch or sequential run, apply deltas
     computed together with edits that are not evaluated.
     """
-    direct = probes[probes["probe_type"] == "direct"]
-    cases = first_cases_per_risk(direct, n_edits, EDITS_PARAMETER)
+    cases = set(first_edits_per_risk(probes, n_edits)["case_id"])
     stored = select_stored_edits(edit_manifest, params)
     edits = stored[stored["case_id"].isin(cases)]
     for method, rows in stored.groupby("method", sort=True):
