@@ -89,7 +89,9 @@ def headline_gaps(root: Path, params: dict[str, str]) -> list[dict]:
         & (metrics["population"] == "itt")
     ]
     percent = ["value", "ci_low", "ci_high"]  # as the report prints them
-    table = gaps[["method", "risk", *percent, "n", "n_edits"]].copy()
+    table = gaps[
+        ["method", "risk", "metric", "protocol", "population", *percent, "n", "n_edits"]
+    ].copy()
     table[percent] = (table[percent] * 100).round(1)
     table["n_edits"] = table["n_edits"].astype(int)  # a float column in metrics.csv
     return table.to_dict("records")
