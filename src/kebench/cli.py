@@ -46,7 +46,7 @@ def convert_kg(source: str, target: str) -> None:
     help="Folder to write kg.nt and edit_cases.json into.",
 )
 def build_demo(out: str) -> None:
-    """Rebuild the demo KG and edit cases from the fact tables in kebench.demo.facts."""
+    """Rebuild the demo KG and edit cases from the CSV tables in kebench/demo/tables."""
     import json  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 

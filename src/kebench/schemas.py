@@ -119,40 +119,114 @@ ENTITY_ALIASES = pa.DataFrameSchema(
     name="entity_aliases",
 )
 
+# The vocabulary's axioms (kebench.kg.vocabulary): one per row, relations and values as
+# full IRIs; ``origin`` names the file and line, or the KG, each came from.
+AXIOM_KINDS = (
+    "factual",
+    "symmetric",
+    "transitive",
+    "functional",
+    "inverse_of",
+    "sub_property_of",
+    "equivalent_property",
+    "domain",
+    "range",
+    "sub_class_of",
+)
+
+AXIOMS = pa.DataFrameSchema(
+    {
+        "relation": pa.Column(str),
+        "axiom": pa.Column(str, pa.Check.isin(AXIOM_KINDS)),
+        "value": pa.Column(str, nullable=True),
+        "source": pa.Column(str),
+        "origin": pa.Column(str),
+    },
+    strict=True,
+    coerce=True,
+    name="axioms",
+)
+
+# The rdf:type classes of the KG's entities (domain and range checks).
+ENTITY_TYPES = pa.DataFrameSchema(
+    {"uri": pa.Column(str), "type": pa.Column(str)},
+    unique=["uri", "type"],
+    strict=True,
+    coerce=True,
+    name="entity_types",
+)
+
+# Two tiers of consequences, never mixed in one number (docs/qa_generation.md):
+# deductive ones a perfect reasoner must draw from the edit, the unchanged KG and the
+# vocabulary's axioms; inductive ones from mined rules the axioms do not entail.
+TIERS = ("deductive", "inductive")
+DEDUCTIVE_KINDS = ("composition", "inverse", "symmetric", "subject_alias", "axiom")
+INDUCTIVE_KINDS = ("rule",)
+FACT_STATUSES = (
+    "entailed",  # probed
+    "conflicting",
+    "contested",
+    "additive",  # a step has more than one value: no single answer
+    "ill_typed",  # a step's subject is not of its relation's domain
+)
+
 ENTAILED_FACTS = pa.DataFrameSchema(
     {
         "fact_id": pa.Column(str, unique=True),
         "case_id": pa.Column(str),
-        "rule_id": pa.Column(str),
+        "tier": pa.Column(str, pa.Check.isin(TIERS)),
+        "kind": pa.Column(str, pa.Check.isin(DEDUCTIVE_KINDS + INDUCTIVE_KINDS)),
+        # the mined rule (inductive, axiom); null for the other deductive kinds
+        "rule_id": pa.Column(str, nullable=True),
+        "confidence": pa.Column(float, nullable=True),  # the rule's PCA confidence
         "bindings": pa.Column(str),  # JSON: rule variable -> entity local name
         "subject_uri": pa.Column(str),
         "subject_label": pa.Column(str),
-        "relation": pa.Column(str),
-        "answer_old": pa.Column(str, pa.Check.str_length(min_value=1)),
-        "answer_old_uri": pa.Column(str),
+        # the property path from subject_label to answer_new: KG local names joined
+        # by "/", each optionally prefixed by "^" (walked against the stored triple)
+        "relation": pa.Column(
+            str, pa.Check.str_matches(r"^\^?[^/^\s]+(/\^?[^/^\s]+)*$")
+        ),
+        # the last hop's single fact (subject IRI, predicate local name), as stored
+        "fact_subject_uri": pa.Column(str),
+        "fact_relation": pa.Column(str),
+        # null where the old world gives the path no single answer
+        "answer_old": pa.Column(str, pa.Check.str_length(min_value=1), nullable=True),
+        "answer_old_uri": pa.Column(str, nullable=True),
         "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
         "answer_new_uri": pa.Column(str),
-        "chain": pa.Column(
-            str
-        ),  # JSON: [[relation, "out"|"in"], ...] from the edited subject
-        "path": pa.Column(
-            str
-        ),  # JSON: the rule's bound body [[s, r, o], ...] (labels), edit included
+        # JSON: [[relation, "out"|"in"|"named", label], ...]; inductive: from the
+        # edited subject to the consequence's subject; deductive: every step of the
+        # property path from subject_label
+        "chain": pa.Column(str),
+        # JSON [[s, r, o], ...] (labels): deductive, the triples walked from
+        # subject_label to answer_new, each stored as it is ("^r" in relation when
+        # walked against it); inductive, the rule's bound body, edit included
+        "path": pa.Column(str),
+        "path_uri": pa.Column(str),  # the same triples as IRIs (literals as text)
         # JSON: the KG facts the derivation rests on, neither the edit nor derived ones
         "premises": pa.Column(str),
         "hops": pa.Column(int, pa.Check.ge(1)),
-        # entailed: probed; conflicting, contested, additive: kept with the reason
-        "status": pa.Column(
-            str, pa.Check.isin(["entailed", "conflicting", "contested", "additive"])
-        ),
+        "status": pa.Column(str, pa.Check.isin(FACT_STATUSES)),
         "reason": pa.Column(str, nullable=True),
         "depth": pa.Column(int, pa.Check.ge(1)),  # rule applications from the edit
         "semantics": pa.Column(str, pa.Check.isin(["paper", "consistent"])),
     },
-    checks=pa.Check(
-        lambda df: df["answer_old_uri"] != df["answer_new_uri"],
-        error="answer unchanged",
-    ),
+    checks=[
+        pa.Check(
+            lambda df: (
+                df["answer_old_uri"].isna()
+                | (df["answer_old_uri"] != df["answer_new_uri"])
+            ),
+            error="answer unchanged",
+        ),
+        pa.Check(
+            lambda df: (
+                (df["tier"] == "deductive") == df["kind"].isin(list(DEDUCTIVE_KINDS))
+            ),
+            error="a deductive row has a deductive kind, an inductive row kind 'rule'",
+        ),
+    ],
     strict=True,
     coerce=True,
     name="entailed_facts",
@@ -162,10 +236,12 @@ ENTAILED_QUESTIONS = pa.DataFrameSchema(
     {
         "fact_id": pa.Column(str),
         "case_id": pa.Column(str),
-        "rule_id": pa.Column(str),
+        "tier": pa.Column(str, pa.Check.isin(TIERS)),
+        "kind": pa.Column(str, pa.Check.isin(DEDUCTIVE_KINDS + INDUCTIVE_KINDS)),
+        "rule_id": pa.Column(str),  # the rule, or the derivation: "<kind>:<path>"
         "question": pa.Column(str, pa.Check.str_length(min_value=1)),
         "cloze": pa.Column(str, pa.Check.str_length(min_value=1)),
-        "answer_old": pa.Column(str),
+        "answer_old": pa.Column(str, nullable=True),
         "answer_new": pa.Column(str),
         "hops": pa.Column(int, pa.Check.ge(1)),
         "generator": pa.Column(str, pa.Check.isin(["template", "llm"])),
@@ -177,13 +253,29 @@ ENTAILED_QUESTIONS = pa.DataFrameSchema(
     name="entailed_questions",
 )
 
-PROBE_TYPES = ("direct", "paraphrase", "entailed", "multihop", "locality", "general")
+PROBE_TYPES = (
+    "direct",
+    "paraphrase",
+    "entailed",
+    "multihop",
+    "locality",
+    "relation_specificity",
+    "general",
+)
+# Probes whose answer the edit must leave alone: facts of other subjects (locality),
+# and facts of the edited subject under a relation nothing links to the edit
+# (relation_specificity, RippleEdits' Relation Specificity).
+UNCHANGED_TYPES = ("locality", "relation_specificity")
+# An entailed probe's tier: kebench's two (TIERS), or a dataset's own test
+# (RippleEdits' categories), which kebench did not derive.
+PROBE_TIERS = (*TIERS, "dataset")
 
 LOCALITY_UNCHANGED = pa.Check(
     lambda df: (
-        (df["probe_type"] != "locality") | (df["answer_old"] == df["answer_new"])
+        ~df["probe_type"].isin(list(UNCHANGED_TYPES))
+        | (df["answer_old"] == df["answer_new"])
     ),
-    error="a locality probe's answer must not change",
+    error="a locality or relation_specificity probe's answer must not change",
 )
 
 PROBES = pa.DataFrameSchema(
@@ -202,7 +294,14 @@ PROBES = pa.DataFrameSchema(
         ),  # the natural question, when there is one
         "answer_old": pa.Column(str, nullable=True),  # unknown for injected claims
         "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
-        "rule_id": pa.Column(str, nullable=True),  # entailed probes only
+        # entailed probes only: the mined rule, the derivation ("<kind>:<path>") or
+        # the dataset's test
+        "rule_id": pa.Column(str, nullable=True),
+        "tier": pa.Column(str, pa.Check.isin(PROBE_TIERS), nullable=True),
+        "kind": pa.Column(str, nullable=True),  # the tier's kind (entailed_facts)
+        # the prompt names the edited subject (or another name of it) and the answer
+        # is the edit's own new object: passing it needs no reasoning
+        "echo": pa.Column(bool),
         "hops": pa.Column(int, pa.Check.ge(1)),
         # The KG fact the probe's answer is about: subject IRI and relation (KG
         # predicate local names, "|"-joined when a relation has several), so that a
@@ -219,6 +318,10 @@ PROBES = pa.DataFrameSchema(
         pa.Check(
             lambda df: df["rule_id"].notna() == (df["probe_type"] == "entailed"),
             error="rule_id is set exactly on entailed probes",
+        ),
+        pa.Check(
+            lambda df: df["tier"].notna() == (df["probe_type"] == "entailed"),
+            error="tier is set exactly on entailed probes",
         ),
         LOCALITY_UNCHANGED,
     ],
@@ -293,7 +396,7 @@ PREMISE_PROBES = pa.DataFrameSchema(
         "relation": pa.Column(str),
         "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),
         "answer": pa.Column(str, pa.Check.str_length(min_value=1)),  # the KG's
-        "candidates": pa.Column(str),  # JSON: the other answers it must beat
+        "aliases": pa.Column(str),  # JSON: the answer's other names
     },
     strict=True,
     coerce=True,
@@ -308,12 +411,9 @@ PREMISE_KNOWLEDGE = pa.DataFrameSchema(
         "kind": pa.Column(str, pa.Check.isin(PREMISE_KINDS)),
         "prompt": pa.Column(str),
         "answer": pa.Column(str),
-        # log P(answer | prompt) summed over its tokens, under the base model, and the
-        # best of the candidates (null when the relation has no other answer)
-        "lp_answer": pa.Column(float),
-        "best_candidate": pa.Column(str, nullable=True),
-        "lp_best_candidate": pa.Column(float, nullable=True),
-        "n_candidates": pa.Column(int, pa.Check.ge(0)),
+        # the base model's greedy answer to the prompt, and whether it is the answer
+        # or one of its other names (SQuAD-normalised exact match)
+        "generation": pa.Column(str),
         "known": pa.Column(bool),
     },
     strict=True,
@@ -513,6 +613,8 @@ METRICS = pa.DataFrameSchema(
                     "counterfact",
                     # MeLLo's answer after its retrieval steps (scoring.mello)
                     "mello",
+                    # a probe with no old answer: the edit raised the new answer
+                    "prob_gain",
                 ]
             ),
         ),
@@ -606,6 +708,7 @@ PROPAGATION_REQUESTS = pa.DataFrameSchema(
     {
         "case_id": pa.Column(str),  # the edited case the consequence follows from
         "fact_id": pa.Column(str, unique=True),  # the consequence (entailed_facts)
+        "tier": pa.Column(str, pa.Check.isin(TIERS)),
         "rule_id": pa.Column(str),
         "prompt": pa.Column(str, pa.Check.str_contains(r"\{\}")),
         "subject": pa.Column(str, pa.Check.str_length(min_value=1)),
@@ -620,11 +723,14 @@ PROPAGATION_REQUESTS = pa.DataFrameSchema(
 MITIGATION_ROLES = ("held_out", "propagated", "leak", "rewritten")
 # a held-out probe shares the relation or the new answer of an extra edit, or neither
 MITIGATION_OVERLAPS = ("disjoint", "shared")
+# the held-out sets gap closure is reported on: a tier and an overlap
+MITIGATION_HELD_OUT = tuple(f"{t}_{o}" for t in TIERS for o in MITIGATION_OVERLAPS)
 
 MITIGATION_PROBES = pa.DataFrameSchema(
     {
         "case_id": pa.Column(str),
         "probe_id": pa.Column(str, unique=True),
+        "tier": pa.Column(str, pa.Check.isin(PROBE_TIERS), nullable=True),
         "rule_id": pa.Column(str, nullable=True),  # entailed probes only
         # held_out: scored for gap closure; propagated: its rule made the extra edits
         # (scored in-sample, as a check); leak: held out, but its consequence was

@@ -1,5 +1,5 @@
-"""The KG's other names of answer entities, from a real embedded store, against
-hand-written expectations."""
+"""The KG's other names of answer entities and edited subjects, from a real embedded
+store, against hand-written expectations."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from kebench.kg.aliases import (
     AliasSettings,
+    aliased_entities,
     aliases_by_label,
     aliases_query,
-    answer_entities,
     fetch_aliases,
 )
 from kebench.kg.sparql import EmbeddedEndpoint
@@ -88,14 +88,17 @@ def test_an_answer_label_gets_the_names_of_the_one_entity_it_labels(endpoint):
     )
     edits = pd.DataFrame(
         {
+            "subject": ["Ann"],
+            "subject_uri": [f"{EX}Ann"],
             "target_true": ["United States"],
             "target_true_uri": [f"{EX}United_States"],
             "target_new": ["France"],
             "target_new_uri": [f"{EX}France"],
         }
     )
-    entities = answer_entities(kg, edits)
+    entities = aliased_entities(kg, edits)
     assert entities == {
+        f"{EX}Ann",
         f"{EX}United_States",
         f"{EX}Georgia_country",
         f"{EX}Georgia_state",
@@ -131,3 +134,65 @@ def test_an_answer_label_gets_the_names_of_the_one_entity_it_labels(endpoint):
     ]
     assert json.loads(merged["aliases_new"][0]) == ["French Republic"]
     assert pd.isna(merged["aliases_new"][1]) and pd.isna(merged["aliases_old"][1])
+
+
+DBR = "http://dbpedia.org/resource/"
+CITIZEN = "http://dbpedia.org/ontology/citizenship"
+
+
+def test_an_edited_subject_gets_the_names_of_the_pages_that_redirect_to_it(tmp_path):
+    """Barack Obama is edited (citizenship: United States -> Canada) and is no object
+    of the KG: he is aliased as the edit's subject, and DBpedia's redirect "Obama"
+    gives his other name."""
+    path = tmp_path / "kg.nt"
+    path.write_text(
+        f"""
+<{DBR}Barack_Obama> <{RDFS}> "Barack Obama"@en .
+<{DBR}Barack_Obama> <{CITIZEN}> <{DBR}United_States> .
+<{DBR}United_States> <{RDFS}> "United States"@en .
+<{DBR}Canada> <{RDFS}> "Canada"@en .
+<{DBR}Obama> <{REDIRECT}> <{DBR}Barack_Obama> .
+<{DBR}Obama> <{RDFS}> "Obama"@en .
+<{DBR}French_Republic> <{REDIRECT}> <{DBR}France> .
+<{DBR}French_Republic> <{RDFS}> "French Republic"@en .
+""",
+        encoding="utf-8",
+    )
+    endpoint = EmbeddedEndpoint.from_files([path])
+    kg = kg_frame(
+        [
+            (
+                f"{DBR}Barack_Obama",
+                "Barack Obama",
+                CITIZEN,
+                f"{DBR}United_States",
+                "United States",
+            )
+        ]
+    )
+    edits = pd.DataFrame(
+        {
+            "subject": ["Barack Obama"],
+            "subject_uri": [f"{DBR}Barack_Obama"],
+            "target_true": ["United States"],
+            "target_true_uri": [f"{DBR}United_States"],
+            "target_new": ["Canada"],
+            "target_new_uri": [f"{DBR}Canada"],
+        }
+    )
+    entities = aliased_entities(kg, edits)
+    assert entities == {
+        f"{DBR}Barack_Obama",
+        f"{DBR}United_States",
+        f"{DBR}Canada",
+    }
+    table = fetch_aliases(entities, endpoint, SETTINGS)
+    assert set(table.itertuples(index=False, name=None)) == {
+        (f"{DBR}Barack_Obama", "Barack Obama", "label"),
+        (f"{DBR}Barack_Obama", "Obama", "redirect"),
+        (f"{DBR}United_States", "United States", "label"),
+        (f"{DBR}Canada", "Canada", "label"),
+    }
+    # without the subject, only the answers are asked: Obama is not
+    answers_only = aliased_entities(kg, edits.assign(subject_uri=None))
+    assert f"{DBR}Barack_Obama" not in answers_only

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kebench.kg.vocabulary import Vocabulary
+from kebench.qa.entailment import DerivationContext, derive_entailed_facts
+
 R = "http://dbpedia.org/resource/"
 DBO = "http://dbpedia.org/ontology/"
 
@@ -28,7 +31,10 @@ def kg(*facts: tuple[str, str, str]) -> pd.DataFrame:
 
 def rules(*specs) -> pd.DataFrame:
     """A ``rules`` frame (rule_id, body, head) from (id, body, head) triples."""
-    return pd.DataFrame([{"rule_id": i, "body": b, "head": h} for i, b, h in specs])
+    return pd.DataFrame(
+        [{"rule_id": i, "body": b, "head": h} for i, b, h in specs],
+        columns=["rule_id", "body", "head"],
+    )
 
 
 def edit_row(case_id, subject, relation_id, old, new) -> dict:
@@ -43,3 +49,21 @@ def edit_row(case_id, subject, relation_id, old, new) -> dict:
         "target_true_uri": R + old,
         "target_new_uri": R + new,
     }
+
+
+def every_predicate_factual(kg_triples: pd.DataFrame) -> DerivationContext:
+    """A context in which every predicate of ``kg_triples`` states facts and no axiom
+    holds: the rule closure's tests, on KGs without an axiom table."""
+    return DerivationContext(Vocabulary(factual=frozenset(kg_triples["p"])))
+
+
+def derive(edits, rule_table, kg_triples, relations, **settings):
+    """``derive_entailed_facts`` under ``every_predicate_factual``."""
+    return derive_entailed_facts(
+        edits,
+        rule_table,
+        kg_triples,
+        relations,
+        every_predicate_factual(kg_triples),
+        **settings,
+    )

@@ -17,8 +17,7 @@ from kebench.qa.closure import (
     functional_relations,
 )
 from kebench.qa.consequences import EditedFact, KgIndex
-from kebench.qa.entailment import derive_entailed_facts
-from tests.qa.kgs import DBO, edit_row, kg, rules
+from tests.qa.kgs import DBO, derive, edit_row, kg, rules
 
 BIRTH_CAPITAL = (
     "Rcap",
@@ -83,11 +82,9 @@ def test_biden_born_in_dublin_has_no_stale_premise():
     """demo-14: the paper derives "Dublin is in the United States" from Biden's *old*
     citizenship, which the same edit changes to Ireland; the closure does not."""
     edits = pd.DataFrame([edit_row("c1", "Joe_Biden", "P19", "Scranton", "Dublin")])
-    paper, _ = derive_entailed_facts(
-        edits, BIDEN_RULES, BIDEN, RELATIONS, semantics="paper"
-    )
+    paper, _ = derive(edits, BIDEN_RULES, BIDEN, RELATIONS, semantics="paper")
     assert ("Dublin", "country") in consequences(paper)
-    consistent, report = derive_entailed_facts(edits, BIDEN_RULES, BIDEN, RELATIONS)
+    consistent, report = derive(edits, BIDEN_RULES, BIDEN, RELATIONS)
     assert consequences(consistent) == {
         ("Joe Biden", "citizenship"): ("United States", "Ireland", "entailed"),
         # two rule applications: Biden's new citizenship, then his spouse's
@@ -101,12 +98,12 @@ def test_biden_born_in_dublin_has_no_stale_premise():
         ("Ireland", "capital", "Dublin"),
         ("Joe Biden", "spouse", "Jill Biden"),
     }
-    assert report["status"]["entailed"] == 2
+    assert report["tiers"]["inductive"]["by_kind"]["rule"] == {"entailed": 2}
 
 
 def test_depth_bound_of_one_keeps_first_consequences_only():
     edits = pd.DataFrame([edit_row("c1", "Joe_Biden", "P19", "Scranton", "Dublin")])
-    facts, _ = derive_entailed_facts(
+    facts, _ = derive(
         edits,
         BIDEN_RULES,
         BIDEN,
@@ -141,7 +138,7 @@ def test_one_alumnus_does_not_move_a_university(share, status):
     edits = pd.DataFrame(
         [edit_row("c1", "Barack_Obama", "P27", "United_States", "Canada")]
     )
-    facts, report = derive_entailed_facts(
+    facts, report = derive(
         edits,
         rules(ALUMNI),
         HARVARD,
@@ -159,10 +156,9 @@ def test_one_alumnus_does_not_move_a_university(share, status):
         harvard = facts[facts["subject_label"] == "Harvard University"].iloc[0]
         assert harvard["reason"].startswith("independent groundings: 2 of 3 ")
         assert "of Ralm" in harvard["reason"]
-        assert report["not_probed_by_reason"] == {
-            "contested": {"independent groundings": 1}
-        }
-        assert report["status"]["contested"] == 1
+        inductive = report["tiers"]["inductive"]
+        assert inductive["not_probed_by_reason"] == {"independent groundings": 1}
+        assert inductive["by_kind"]["rule"]["contested"] == 1
 
 
 def test_a_spouse_nationality_follows_when_nothing_else_speaks_for_it():
@@ -176,7 +172,7 @@ def test_a_spouse_nationality_follows_when_nothing_else_speaks_for_it():
     edits = pd.DataFrame(
         [edit_row("c1", "Valerie_Hobson", "P27", "United_Kingdom", "France")]
     )
-    facts, _ = derive_entailed_facts(edits, rules(SPOUSE), world, RELATIONS)
+    facts, _ = derive(edits, rules(SPOUSE), world, RELATIONS)
     assert consequences(facts) == {
         ("John Profumo", "citizenship"): ("United Kingdom", "France", "entailed")
     }
@@ -199,14 +195,12 @@ def test_spouses_taking_each_others_citizenship_conflict():
     edits = pd.DataFrame(
         [edit_row("c1", "David_Beckham", "P26", "Victoria_Beckham", "Shakira")]
     )
-    facts, report = derive_entailed_facts(
-        edits, rules(SPOUSE, mirrored), world, RELATIONS
-    )
+    facts, report = derive(edits, rules(SPOUSE, mirrored), world, RELATIONS)
     found = consequences(facts)
     assert found[("David Beckham", "citizenship")][2] == "conflicting"
     assert found[("Shakira", "citizenship")][2] == "conflicting"
     assert "entailed" not in {status for _, _, status in found.values()}
-    assert report["edits_with_consequence_pct"] == 0.0
+    assert report["tiers"]["inductive"]["edits_with_probed_pct"] == 0.0
 
 
 def test_a_relation_that_is_not_functional_is_additive():
@@ -227,11 +221,11 @@ def test_a_relation_that_is_not_functional_is_additive():
     edits = pd.DataFrame(
         [edit_row("c1", "Ada", "P69", "Oslo_University", "Trondheim_University")]
     )
-    facts, report = derive_entailed_facts(edits, rules(rule), world, RELATIONS)
+    facts, report = derive(edits, rules(rule), world, RELATIONS)
     assert consequences(facts) == {
         ("Ben", "almaMater"): ("Oslo University", "Trondheim University", "additive")
     }
-    assert report["edits_with_consequence_pct"] == 0.0
+    assert report["tiers"]["inductive"]["edits_with_probed_pct"] == 0.0
 
 
 def test_a_non_functional_consequence_only_the_old_world_derives_is_entailed():
@@ -251,7 +245,7 @@ def test_a_non_functional_consequence_only_the_old_world_derives_is_entailed():
     edits = pd.DataFrame(
         [edit_row("c1", "United_Kingdom", "P6", "Boris_Johnson", "Rishi_Sunak")]
     )
-    facts, _ = derive_entailed_facts(
+    facts, _ = derive(
         edits, rules(rule), world, {"P6": {"dbpedia": [f"{DBO}leaderName"]}}
     )
     assert consequences(facts) == {
@@ -291,6 +285,4 @@ def test_two_edits_in_one_world_conflict_where_they_disagree():
 def test_unknown_semantics_is_refused():
     edits = pd.DataFrame([edit_row("c1", "Joe_Biden", "P19", "Scranton", "Dublin")])
     with pytest.raises(ValueError, match="semantics: 'one-step' is not one of"):
-        derive_entailed_facts(
-            edits, BIDEN_RULES, BIDEN, RELATIONS, semantics="one-step"
-        )
+        derive(edits, BIDEN_RULES, BIDEN, RELATIONS, semantics="one-step")

@@ -12,9 +12,9 @@ from kebench.qa.consequences import (
     KgIndex,
     entailed_facts,
 )
-from kebench.qa.entailment import derive_entailed_facts, template_questions
+from kebench.qa.entailment import template_questions
 from kebench.qa.verbaliser import Verbaliser, split_camel_case
-from tests.qa.kgs import DBO, R, edit_row, kg, rules
+from tests.qa.kgs import DBO, R, derive, edit_row, kg, rules
 
 PAPER = {"semantics": "paper", "closure": ClosureSettings(max_groundings_per_rule=5)}
 SPOUSE_RULE = (
@@ -120,7 +120,7 @@ def test_frame_report_counts_bad_input():
             },
         ]
     )
-    facts, report = derive_entailed_facts(
+    facts, report = derive(
         edits,
         rules(SPOUSE_RULE, LEADER_RULE, GHOST_RULE),
         FAMILY,
@@ -128,14 +128,13 @@ def test_frame_report_counts_bad_input():
         **PAPER,
     )
     assert list(facts["case_id"]) == ["c1", "c3"]
-    assert report["edits_with_consequence_pct"] == pytest.approx(50.0)
+    assert report["tiers"]["inductive"]["edits_with_probed_pct"] == pytest.approx(50.0)
     assert report["edits_without_kg_fact"] == {
         "subject not linked to the KG": 1,
         "the edit adds a fact: no old value to replace": 1,
     }
-    assert (
-        report["consequences_skipped"]["rule names a relation absent from the KG"] == 1
-    )
+    # the ghost rule names a relation the KG does not state: no rule for QA
+    assert report["rules"]["naming_a_non_factual_predicate"] == 1
     assert facts.iloc[0]["path"] == (
         '[["Barack Obama", "citizenship", "Canada"], ["Barack Obama", "spouse", "Michelle Obama"]]'
     )
@@ -145,9 +144,7 @@ def test_relation_without_template_gets_fallback_wording_and_is_counted():
     edits = pd.DataFrame(
         [edit_row("c1", "Barack_Obama", "P27", "United_States", "Canada")]
     )
-    facts, _ = derive_entailed_facts(
-        edits, rules(SPOUSE_RULE), FAMILY, RELATIONS, **PAPER
-    )
+    facts, _ = derive(edits, rules(SPOUSE_RULE), FAMILY, RELATIONS, **PAPER)
     verbaliser = Verbaliser({"citizenship": {"noun": "country of citizenship"}})
     questions = template_questions(facts, edits, verbaliser, max_per_edit=3)
     assert (
@@ -191,7 +188,7 @@ def test_literal_targets_and_a_kg_that_already_holds_the_new_value(semantics):
         ]
     )
     rule = ("R9", [["?a", "leaderName", "?b"]], ["?a", "mayor", "?b"])
-    facts, _ = derive_entailed_facts(
+    facts, _ = derive(
         edits,
         rules(rule),
         triples,

@@ -1,5 +1,5 @@
 """Premise probes built from hand-made tables: what each probe rests on, and the
-candidates its premise must beat."""
+other names its premise's answer goes by."""
 
 from __future__ import annotations
 
@@ -87,18 +87,19 @@ def tables():
     return probes, questions, facts, edits
 
 
-def build(n_candidates=3, seed=0):
+ALIASES = {"United States": ["USA", "United States of America"]}
+
+
+def build():
     probes, questions, facts, edits = tables()
     return premise_probes(
         probes,
         questions,
         facts,
         edits,
-        WORLD,
         verbaliser=Verbaliser(TEMPLATES),
         relations=RELATIONS,
-        n_candidates=n_candidates,
-        seed=seed,
+        aliases=ALIASES,
     )
 
 
@@ -118,34 +119,13 @@ def test_each_probe_rests_on_its_facts():
     assert set(table["case_id"]) == {"c1"}
 
 
-def test_candidates_are_other_answers_of_the_relation_never_true_ones():
-    table = build(n_candidates=5).set_index("probe_id")
-    edit_candidates = json.loads(table.at["c1/direct/0", "candidates"])
-    # the edit's own target first, then the KG's other citizenships
-    assert edit_candidates[0] == "Canada"
-    assert set(edit_candidates[1:]) == {"Germany", "France"}
-    spouse_candidates = json.loads(table.at["c1/entailed/0", "candidates"])
-    # Obama's true spouse is excluded; Ben is Ada's spouse, so he is a candidate
-    assert spouse_candidates == ["Ben"]
-
-
-def test_the_draw_is_seeded():
-    many = kg(*[(f"P{i}", "citizenship", f"Country_{i}") for i in range(30)])
-    probes, questions, facts, edits = tables()
-    draw = lambda seed: premise_probes(  # noqa: E731
-        probes,
-        questions,
-        facts,
-        edits,
-        pd.concat([WORLD, many]),
-        verbaliser=Verbaliser(TEMPLATES),
-        relations=RELATIONS,
-        n_candidates=4,
-        seed=seed,
-    ).at[0, "candidates"]
-    assert draw(0) == draw(0)
-    assert draw(0) != draw(1)
-    assert len(json.loads(draw(0))) == 5  # Canada + 4 drawn
+def test_a_premise_carries_its_answers_other_names():
+    table = build().set_index("probe_id")
+    assert json.loads(table.at["c1/direct/0", "aliases"]) == [
+        "USA",
+        "United States of America",
+    ]
+    assert json.loads(table.at["c1/entailed/0", "aliases"]) == []
 
 
 def condition(subject: str, relation: str, prompt: str, answer: str, *aliases: str):
@@ -186,7 +166,7 @@ def test_a_datasets_conditions_become_premises_of_the_probes_they_name():
             "answer_new": ["Damascus", "Irmelin", "Rome"],
         }
     )
-    rows = condition_rows(probes, dataset_probes, n_candidates=5, seed=0)
+    rows = condition_rows(probes, dataset_probes)
     by_prompt = {(r["probe_id"], r["prompt"]): r for r in rows}
     assert sorted(by_prompt) == [
         ("r1/multihop/0", "The capital of Syria is"),
@@ -195,10 +175,8 @@ def test_a_datasets_conditions_become_premises_of_the_probes_they_name():
         ("r2/multihop/0", "The capital of Italy is"),
     ]
     assert {r["kind"] for r in rows} == {"condition"}
-    # candidates: the other answers of the relation (aliases included), never one's own
-    syria = by_prompt[("r1/multihop/0", "The capital of Syria is")]
-    assert sorted(syria["candidates"]) == ["Paris", "Roma", "Rome"]
-    italy = by_prompt[("r2/multihop/0", "The capital of Italy is")]
-    assert sorted(italy["candidates"]) == ["Damascus", "Paris"]
-    # the only fact of its relation has nothing to beat
-    assert by_prompt[("r1/multihop/0", "The citizenship of Leo is")]["candidates"] == []
+    # each condition keeps the other names the dataset gives its answer
+    assert by_prompt[("r2/multihop/0", "The capital of Italy is")]["aliases"] == [
+        "Roma"
+    ]
+    assert by_prompt[("r1/multihop/0", "The capital of Syria is")]["aliases"] == []

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from kebench.kg.vocabulary import Vocabulary, edit_relations
 from kebench.project import PROJECT_ROOT
-from kebench.qa.entailment import edit_relations
 from kebench.qa.probes import (
     case_facts,
     case_paraphrases,
@@ -19,8 +19,10 @@ from kebench.qa.probes import (
     first_cases_per_risk,
     first_stored_edits,
     locality_probes,
+    relation_specificity_probes,
     rewritten_facts,
     unify_probes,
+    with_echoes,
 )
 from kebench.qa.verbaliser import Verbaliser
 
@@ -70,14 +72,19 @@ FACTS = pd.DataFrame(
     {
         "fact_id": ["e1/0"],
         "case_id": ["e1"],
+        "tier": ["inductive"],
         "subject_uri": [R + "Joe_Biden"],
         "relation": ["citizenship"],
+        "fact_subject_uri": [R + "Joe_Biden"],
+        "fact_relation": ["citizenship"],
     }
 )
 QUESTIONS = pd.DataFrame(
     {
         "fact_id": ["e1/0"],
         "case_id": ["e1"],
+        "tier": ["inductive"],
+        "kind": ["rule"],
         "rule_id": ["R1"],
         "question": ["What is the citizenship of Joe Biden?"],
         "cloze": ["Joe Biden is a citizen of"],
@@ -134,8 +141,23 @@ def test_an_edit_rewrites_its_fact_and_every_consequence():
     rel = relations()
     probes = edit_probes(EDITS, QA, {r: edit_relations(r, rel) for r in rel})
     facts = pd.concat(
-        [FACTS, FACTS.assign(fact_id="e1/1", relation="residence")]
-    )  # a second consequence, e.g. one whose status is not "entailed"
+        [
+            FACTS,
+            # a second consequence, e.g. one whose status is not "entailed"
+            FACTS.assign(
+                fact_id="e1/1", relation="residence", fact_relation="residence"
+            ),
+            # a deductive question over the edit and Ireland's capital changes no
+            # stored fact
+            FACTS.assign(
+                fact_id="e1/2",
+                tier="deductive",
+                relation="birthPlace/P1376",
+                fact_subject_uri=R + "Dublin",
+                fact_relation="P1376",
+            ),
+        ]
+    )
     rewritten = rewritten_facts(probes, facts)
     got = {tuple(row) for row in rewritten.to_numpy().tolist()}
     assert got == {
@@ -259,6 +281,24 @@ def test_the_first_cases_of_each_risk_keep_the_tables_order():
     assert first_cases_per_risk(CASES, "0", "n") == []
 
 
+def test_the_first_cases_are_taken_in_turn_across_relations():
+    cases = pd.DataFrame(
+        {
+            "case_id": ["a1", "a2", "a3", "b1", "c1", "c2", "m1"],
+            "risk": ["counterfactual"] * 6 + ["misinformation"],
+            "fact_relation": ["citizenship"] * 3
+            + ["birthPlace"]
+            + ["spouse"] * 2
+            + [None],
+        }
+    )
+    # first turn: a1, b1, c1 (the first of each relation, in table order); second
+    # turn: a2, c2; the ids come in table order
+    assert first_cases_per_risk(cases, 3, "n") == ["a1", "b1", "c1", "m1"]
+    assert first_cases_per_risk(cases, 5, "n") == ["a1", "a2", "b1", "c1", "c2", "m1"]
+    assert first_cases_per_risk(cases, 1, "n") == ["a1", "m1"]
+
+
 @pytest.mark.parametrize(
     ("n_edits", "message"),
     [
@@ -293,7 +333,104 @@ def test_stored_edits_are_cut_per_method_in_the_tables_order():
     ]
     assert edits_measured(kept, CASES, "stealthiness.n_edits") == (
         "Edits measured, per method and risk, of the dataset's (the first of each "
-        "risk, `stealthiness.n_edits`): FT-M: counterfactual 1 of 3, misinformation "
+        "risk, in turn across its relations, `stealthiness.n_edits`): FT-M: counterfactual 1 of 3, misinformation "
         "1 of 1, bias 0 of 2; ROME: counterfactual 2 of 3, misinformation 0 of 1, "
         "bias 1 of 2."
     )
+
+
+def test_relation_specificity_asks_the_subjects_unlinked_relations():
+    dbo = "http://dbpedia.org/ontology/"
+    facts = [
+        ("citizenship", "United_States"),
+        ("birthPlace", "Honolulu"),
+        ("spouse", "Michelle_Obama"),
+        ("almaMater", "Columbia_University"),
+        ("almaMater", "Harvard_University"),
+        ("deathPlace", "Nowhere"),
+    ]
+    kg = pd.DataFrame(
+        {
+            "s": R + "Barack_Obama",
+            "p": [dbo + p for p, _ in facts],
+            "o": [R + o for _, o in facts],
+            "o_is_literal": False,
+            "o_lang": None,
+            "s_label": "Barack Obama",
+            "p_local": [p for p, _ in facts],
+            "o_label": [o.replace("_", " ") for _, o in facts],
+        }
+    )
+    rules = pd.DataFrame(
+        {
+            "rule_id": ["Rborn", "Rspouse", "Rdeath"],
+            "body": [
+                [["?a", "birthPlace", "?h"], ["?h", "country", "?b"]],
+                [["?g", "citizenship", "?b"], ["?g", "spouse", "?a"]],
+                [["?a", "citizenship", "?b"]],
+            ],
+            "head": [
+                ["?a", "citizenship", "?b"],
+                ["?a", "citizenship", "?b"],
+                ["?a", "deathPlace", "?b"],
+            ],
+        }
+    )
+    vocabulary = Vocabulary(factual=frozenset(kg["p"]))
+    templates = {
+        "birthPlace": {"noun": "place of birth", "cloze": "{subject} was born in"},
+        "spouse": {"noun": "spouse"},
+        "almaMater": {"noun": "alma mater"},
+        "deathPlace": {"noun": "place of death"},
+    }
+    edits = pd.DataFrame(
+        [edit("e1", "Barack Obama", "P27", "{} is a citizen of", "A", "Canada")]
+    )
+    probes = relation_specificity_probes(
+        edits, kg, rules, vocabulary, Verbaliser(templates), relations(), 5, 0
+    )
+    # citizenship is the edit's; deathPlace the head of a rule with it in the body;
+    # birthPlace is in a rule's body only (a citizenship moves no birthplace);
+    # almaMater has two values: no single answer
+    assert sorted(zip(probes["prompt"], probes["answer_new"])) == [
+        ("Barack Obama was born in", "Honolulu"),
+        ("The spouse of Barack Obama is", "Michelle Obama"),
+    ]
+    assert (probes["answer_old"] == probes["answer_new"]).all()
+    assert set(probes["probe_type"]) == {"relation_specificity"}
+
+
+def test_an_echo_names_the_edited_subject_and_expects_the_new_object():
+    edits = pd.DataFrame(
+        [edit("e1", "Barack Obama", "P27", "{} is a citizen of", "A", "Canada")]
+    )
+    prompts = [
+        ("direct", "Barack Obama is a citizen of", "Canada"),
+        (
+            "entailed",
+            "The capital of the country of citizenship of Barack Obama is",
+            "Ottawa",
+        ),
+        ("entailed", "Barack Hussein Obama is a citizen of", "Canada"),
+        (
+            "entailed",
+            "The country of citizenship of the spouse of Michelle Obama is",
+            "Canada",
+        ),
+        ("entailed", "The country of citizenship of Barack Obamas dog is", "Canada"),
+    ]
+    probes = pd.DataFrame(
+        {
+            "case_id": "e1",
+            "probe_type": [t for t, _, _ in prompts],
+            "prompt": [p for _, p, _ in prompts],
+            "answer_new": [a for _, _, a in prompts],
+            "aliases_new": None,
+        }
+    )
+    aliases = pd.DataFrame(
+        {"uri": [R + "Barack_Obama"], "alias": ["Barack Hussein Obama"]}
+    )
+    flagged = with_echoes(probes, edits, aliases)
+    # the subject inside a longer word ("Obamas") is no mention of it
+    assert flagged["echo"].tolist() == [True, False, True, False, False]

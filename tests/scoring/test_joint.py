@@ -121,7 +121,8 @@ def test_the_report_names_its_population_and_counts_the_drops():
         ]
     )
     headline = headline_table(metrics, "itt")
-    assert headline["EditSucc (direct)"].tolist() == [0.5]
+    assert headline["protocol"].tolist() == ["prob"]
+    assert headline["EditSucc"].tolist() == [0.5]
     assert headline["Locality"].tolist() == [0.9]  # locality has no itt form
     drops = joint_drops(manifest("batch", ["b1", "b1", "b2"]), PROBES, REWRITTEN)
     markdown = report_markdown(
@@ -133,6 +134,6 @@ def test_the_report_names_its_population_and_counts_the_drops():
         semantics="paper",
         edits="",
     )
-    assert "Population of EditSucc, Consistency and the gap: `itt`" in markdown
+    assert "Population of EditSucc, Consistency and the gaps: `itt`" in markdown
     assert "| MEMIT | batch | locality | other_edit_fact | 1 |" in markdown
-    assert "| m | MEMIT | counterfactual | 50.0 [50.0, 50.0] (n=2) |" in markdown
+    assert "| m | MEMIT | counterfactual | prob | 50.0 [50.0, 50.0] (n=2) |" in markdown

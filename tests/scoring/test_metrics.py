@@ -18,8 +18,23 @@ from kebench.scoring.metrics import (
 )
 
 
-def score(case, probe_type, base_old, edit_new, *, edit_old=-5.0, agree=True):  # noqa: PLR0913
+def score(  # noqa: PLR0913
+    case,
+    probe_type,
+    base_old,
+    edit_new,
+    *,
+    edit_old=-5.0,
+    agree=True,
+    tier="deductive",
+    kind="composition",
+    echo=False,
+):
+    entailed = probe_type == "entailed"
     return {
+        "tier": tier if entailed else None,
+        "kind": kind if entailed else None,
+        "echo": echo,
         "model": "m",
         "method": "ROME",
         "risk": "counterfactual",
@@ -70,8 +85,10 @@ def test_consistency_and_gap(outcomes):
     table = metrics_table(outcomes)
     table = table[table["population"] == "ok_edits"].set_index(["probe_type", "metric"])
     assert table.loc[("direct", "edit_succ"), "value"] == pytest.approx(2 / 3)
-    assert table.loc[("entailed", "consistency"), "value"] == pytest.approx(0.75)
-    gap = table.loc[("direct-entailed", "gap")]
+    assert table.loc[("entailed", "consistency_deductive"), "value"] == pytest.approx(
+        0.75
+    )
+    gap = table.loc[("direct-entailed", "gap_deductive")]
     # paired over c1 and c2: (1 - 0.5 + 1 - 1) / 2; n counts their 3 entailed probes
     assert gap["value"] == pytest.approx(0.25) and gap["n"] == 3 and gap["n_edits"] == 2
     assert gap["ci_low"] <= gap["value"] <= gap["ci_high"]
@@ -98,6 +115,9 @@ def test_intention_to_treat_counts_a_failed_edit_as_a_failure(outcomes):
             "risk": "counterfactual",
             "source": "demo",
             "answer_old": ["a", "b", "c", "d"],
+            "tier": [None, "deductive", "deductive", None],
+            "kind": [None, "composition", "composition", None],
+            "echo": False,
         }
     )
     failed = pd.DataFrame({"model": ["m"], "method": ["ROME"], "case_id": ["c4"]})
@@ -116,10 +136,10 @@ def test_intention_to_treat_counts_a_failed_edit_as_a_failure(outcomes):
         (0.5 * 3 + 0) / 4
     )
     # consistency per edit: c1 0.5, c2 1, c4 0 (c3 has no entailed probe)
-    itt_cons = table.loc[("itt", "entailed", "consistency")]
+    itt_cons = table.loc[("itt", "entailed", "consistency_deductive")]
     assert itt_cons["value"] == pytest.approx(1.5 / 3) and itt_cons["n"] == 3
     # gap per edit: c1 1 - 0.5, c2 1 - 1, c4 0 - 0; n: 2 + 1 + 2 entailed probes
-    gap = table.loc[("itt", "direct-entailed", "gap")]
+    gap = table.loc[("itt", "direct-entailed", "gap_deductive")]
     assert gap["value"] == pytest.approx(0.5 / 3) and gap["n"] == 5
     # locality is not a success metric: no itt form
     assert ("itt", "locality", "locality") not in table.index
@@ -161,7 +181,7 @@ def test_metric_cis_are_over_edits(outcomes):
     table = metrics_table(outcomes)
     row = table[
         (table["population"] == "ok_edits")
-        & (table["probe_type"] == "entailed")
+        & (table["probe_type"] == "entailed_deductive")
         & (table["metric"] == "edit_succ")
     ].iloc[0]
     assert row["value"] == pytest.approx(2 / 3) and row["n"] == 3
@@ -207,7 +227,8 @@ def test_protocol_gap_is_token_accuracy_minus_wild_paired_per_probe(outcomes):
     assert value("wild_locality", "wild", "locality")["value"] == pytest.approx(0.5)
     # the entailed probes have no generation: no wild number for them
     assert not (
-        (table["protocol"] == "wild") & (table["probe_type"] == "entailed")
+        (table["protocol"] == "wild")
+        & table["probe_type"].isin(["entailed_deductive", "entailed"])
     ).any()
 
 
@@ -234,12 +255,14 @@ def test_mellos_exact_match_is_its_own_protocol_per_probe_type(outcomes):
     table = metrics_table(scored).query("population == 'ok_edits'")
     mello = table[table["protocol"] == "mello"].set_index(["metric", "probe_type"])
     assert mello.loc[("mello_em", "direct"), "value"] == pytest.approx(2 / 3)
-    assert mello.loc[("mello_em", "entailed"), "value"] == pytest.approx(2 / 3)
+    assert mello.loc[("mello_em", "entailed_deductive"), "value"] == pytest.approx(
+        2 / 3
+    )
     assert mello.loc[("mello_locality", "locality"), "value"] == pytest.approx(0.5)
-    assert mello.loc[("mello_em", "entailed"), "n_edits"] == 2
+    assert mello.loc[("mello_em", "entailed_deductive"), "n_edits"] == 2
     # MQuAKE's count: an edit is right when any of its questions is (c1: 1 of 2)
-    assert mello.loc[("mello_case_em", "entailed"), "value"] == 1.0
-    assert mello.loc[("mello_case_em", "entailed"), "n"] == 2
+    assert mello.loc[("mello_case_em", "entailed_deductive"), "value"] == 1.0
+    assert mello.loc[("mello_case_em", "entailed_deductive"), "n"] == 2
     assert mello.loc[("mello_case_em", "direct"), "value"] == pytest.approx(2 / 3)
     assert len(mello) == 5
 
@@ -253,6 +276,9 @@ def test_a_failed_edit_counts_as_a_wrong_generation_in_itt():
             "risk": "counterfactual",
             "source": "demo",
             "answer_old": ["A", "B"],
+            "tier": None,
+            "kind": None,
+            "echo": False,
         }
     )
     failed = pd.DataFrame({"model": ["m"], "method": ["ROME"], "case_id": ["c9"]})
@@ -260,3 +286,65 @@ def test_a_failed_edit_counts_as_a_wrong_generation_in_itt():
     assert rows[["probe_id", "wild_em", "bke_f1"]].to_dict("records") == [
         {"probe_id": "c9/direct/0", "wild_em": 0.0, "bke_f1": 0.0}
     ]
+
+
+def test_each_tier_and_subset_is_a_number_of_its_own():
+    """Hand-worked, one edit (EditSucc 1) with: two deductive compositions (one
+    passes), one composition that is an echo (passes), one alias (passes), one
+    inductive rule probe (fails) and one deductive probe with no old answer whose new
+    answer the edit raised. Deductive Consistency counts the non-echo compositions
+    only (1/2); the inductive one is 0; the deductive tier with its echoes is 3/4
+    (the no-old-answer probe has no EditSucc); without them 1/2."""
+    rows = [
+        score("c1", "direct", -3.0, -1.0),
+        score("c1", "entailed", -2.0, -1.0),
+        score("c1", "entailed", -2.0, -4.0),
+        score("c1", "entailed", -2.0, -1.0, echo=True),
+        score("c1", "entailed", -2.0, -1.0, kind="subject_alias", echo=True),
+        score("c1", "entailed", -2.0, -4.0, tier="inductive", kind="rule"),
+        score("c1", "entailed", np.nan, -1.0),
+    ]
+    table = metrics_table(probe_outcomes(pd.DataFrame(rows)))
+    table = table[table["population"] == "ok_edits"].set_index(["metric"])
+    expected = {
+        "consistency_deductive": 0.5,
+        "gap_deductive": 0.5,
+        "consistency_inductive": 0.0,
+        "gap_inductive": 1.0,
+        "consistency_deductive_tier": 0.75,
+        "consistency_deductive_tier_no_echo": 0.5,
+        "consistency_echo": 1.0,
+        "consistency_alias": 1.0,
+        "edit_succ_paired_deductive": 1.0,
+    }
+    for metric, value in expected.items():
+        assert table.loc[metric, "value"] == pytest.approx(value), metric
+    # the probe without an old answer: lp_edit_new -1 > lp_base_new -9
+    no_old = table.loc["consistency_deductive_no_old_answer"]
+    assert (no_old["value"], no_old["protocol"], no_old["n"]) == (1.0, "prob_gain", 1)
+    # per-type rows never mix the tiers
+    types = set(table["probe_type"])
+    assert {"entailed_deductive", "entailed_inductive"} <= types
+    assert "consistency_inverse" not in table.index  # no such probe
+
+
+def test_the_generated_gap_of_each_tier():
+    """Hand-worked under ``wild``: the direct answer is generated right; of the two
+    compositions one is; the inductive probe is not: deductive gap 1 - 1/2, inductive
+    gap 1 - 0."""
+    rows = [
+        score("c1", "direct", -3.0, -1.0),
+        score("c1", "entailed", -2.0, -1.0),
+        score("c1", "entailed", -2.0, -4.0),
+        score("c1", "entailed", -2.0, -4.0, tier="inductive", kind="rule"),
+    ]
+    outcomes = probe_outcomes(pd.DataFrame(rows)).assign(
+        wild_em=[1.0, 1.0, 0.0, 0.0], bke_f1=np.nan
+    )
+    table = metrics_table(outcomes).query("population == 'ok_edits'")
+    table = table.set_index("metric")
+    assert table.loc["wild_gap_deductive", "value"] == pytest.approx(0.5)
+    assert table.loc["wild_gap_deductive", "protocol"] == "wild"
+    assert table.loc["wild_gap_inductive", "value"] == pytest.approx(1.0)
+    assert table.loc["wild_consistency_deductive", "value"] == pytest.approx(0.5)
+    assert table.loc["wild_em_paired_deductive", "value"] == pytest.approx(1.0)

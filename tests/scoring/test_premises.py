@@ -8,8 +8,20 @@ import pandas as pd
 import pytest
 
 from kebench.schemas import PREMISE_PROBES
+from kebench.scoring.generation import GenerationSettings
+from kebench.scoring.metrics import squad_normalise
 from kebench.scoring.premises import known_probes, known_share, premise_knowledge
-from tests.scoring.test_logprobs import plain_logprob
+from tests.scoring.test_generation import greedy_by_hand
+
+
+def plain_greedy(lm, prompt: str, settings: GenerationSettings) -> str:
+    """The oracle: a greedy continuation by full forward passes, cut at the first
+    stop string."""
+    tokens = greedy_by_hand(lm, prompt, settings.max_new_tokens)
+    text = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+    cuts = [text.find(stop) for stop in settings.stop_strings if stop in text]
+    return (text[: min(cuts)] if cuts else text).strip()
+
 
 PREMISES = PREMISE_PROBES.validate(
     pd.DataFrame(
@@ -22,7 +34,7 @@ PREMISES = PREMISE_PROBES.validate(
                 "relation": "capital",
                 "prompt": "The capital of France is",
                 "answer": "Paris",
-                "candidates": json.dumps(["Banana", "Lyon"]),
+                "aliases": json.dumps(["Paris, France"]),
             },
             {
                 "probe_id": "c1/entailed/0",
@@ -32,7 +44,7 @@ PREMISES = PREMISE_PROBES.validate(
                 "relation": "capital",
                 "prompt": "The capital of Japan is",
                 "answer": "Canberra",
-                "candidates": json.dumps(["Tokyo"]),
+                "aliases": "[]",
             },
             {  # the same fact under another probe: scored once, counted once
                 "probe_id": "c1/entailed/1",
@@ -42,7 +54,7 @@ PREMISES = PREMISE_PROBES.validate(
                 "relation": "capital",
                 "prompt": "The capital of Japan is",
                 "answer": "Canberra",
-                "candidates": json.dumps(["Tokyo"]),
+                "aliases": "[]",
             },
             {  # nothing to beat
                 "probe_id": "c1/entailed/1",
@@ -52,7 +64,7 @@ PREMISES = PREMISE_PROBES.validate(
                 "relation": "star",
                 "prompt": "The Earth orbits the",
                 "answer": "Sun",
-                "candidates": "[]",
+                "aliases": "[]",
             },
         ]
     )
@@ -60,28 +72,20 @@ PREMISES = PREMISE_PROBES.validate(
 
 
 @pytest.mark.model
-def test_known_means_the_kg_answer_beats_every_candidate(lm):
-    table = premise_knowledge(lm, PREMISES, model="smollm2", batch_size=2)
+def test_known_means_the_base_model_generates_the_answer(lm):
+    settings = GenerationSettings(stop_strings=("\n", "."), max_new_tokens=8)
+    table = premise_knowledge(lm, PREMISES, model="smollm2", settings=settings)
     assert len(table) == len(PREMISES) and set(table["model"]) == {"smollm2"}
+    # the reference: each prompt generated alone, greedily, by a plain loop
     for row in table.to_dict("records"):
-        expected, _ = plain_logprob(lm, row["prompt"], row["answer"])
-        assert row["lp_answer"] == pytest.approx(expected, abs=1e-4)
-        others = json.loads(
-            PREMISES.loc[
-                (PREMISES["prompt"] == row["prompt"])
-                & (PREMISES["answer"] == row["answer"]),
-                "candidates",
-            ].iloc[0]
+        text = plain_greedy(lm, row["prompt"], settings)
+        assert row["generation"] == text
+        aliases = json.loads(
+            PREMISES.loc[PREMISES["prompt"] == row["prompt"], "aliases"].iloc[0]
         )
-        plain = {c: plain_logprob(lm, row["prompt"], c)[0] for c in others}
-        if plain:
-            best = max(plain, key=plain.get)
-            assert row["best_candidate"] == best
-            assert row["lp_best_candidate"] == pytest.approx(plain[best], abs=1e-4)
-            assert row["known"] == (expected > plain[best])
-        else:
-            assert row["known"] and row["n_candidates"] == 0
-    # the model knows Paris and not that Japan's capital is Canberra
+        names = {squad_normalise(n) for n in [row["answer"], *aliases]}
+        assert row["known"] == (squad_normalise(text) in names)
+    # SmolLM2 names Paris as France's capital, and not Canberra as Japan's
     known = dict(zip(table["probe_id"] + ":" + table["answer"], table["known"]))
     assert known["c1/direct/0:Paris"] and not known["c1/entailed/0:Canberra"]
 

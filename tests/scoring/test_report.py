@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kebench.scoring.report import counterfact_table, protocol_table, report_markdown
+from kebench.scoring.report import (
+    counterfact_table,
+    headline_table,
+    protocol_table,
+    report_markdown,
+)
 
 
 def metric(probe_type, metric_name, protocol, value, population="itt"):  # noqa: PLR0913
@@ -73,7 +78,7 @@ def test_no_generation_gives_no_protocol_table():
 def report_with(**tables: pd.DataFrame) -> str:
     """A report with an empty headline and no failures, and these optional tables."""
     return report_markdown(
-        pd.DataFrame(columns=["model", "method", "risk"]),
+        headline_table(METRICS.iloc[:0], "itt"),
         pd.DataFrame(),
         pd.DataFrame(),
         "t",
@@ -95,9 +100,8 @@ def test_report_says_which_edits_it_measured_and_what_the_floor_means():
 def test_report_shows_the_protocol_gap():
     markdown = report_with(protocols=protocol_table(METRICS, "itt"))
     assert "## Teacher-forced vs generated (the protocol gap)" in markdown
-    assert "| m | ROME | counterfactual | entailed | 90.0 [80.0, 100.0] (n=10) |" in (
-        markdown
-    )
+    row = "| m | ROME | counterfactual | entailed | 90.0 [80.0, 100.0] (n=10) |"
+    assert row in markdown
     assert "60.0 [50.0, 70.0] (n=10)" in markdown
 
 
@@ -119,7 +123,7 @@ def test_report_shows_counterfacts_standard_metrics_under_romes_names():
     assert "## CounterFact's standard metrics" in markdown
     # x100 as ROME prints them, the entropy too; a metric not computed is a dash
     assert (
-        "| m | ROME | counterfactual | 50.0 [40.0, 60.0] (n=10) | "
-        "90.0 [80.0, 100.0] (n=10) | – |"
+        "| m | ROME | counterfactual | 50.0 [40.0, 60.0] (n=10, 5 edits) | "
+        "90.0 [80.0, 100.0] (n=10, 5 edits) | – |"
     ) in markdown
-    assert "620.0 [610.0, 630.0] (n=10) | – |" in markdown
+    assert "620.0 [610.0, 630.0] (n=10, 5 edits) | – |" in markdown

@@ -294,6 +294,7 @@ def test_success_of_rewrites_and_of_injected_claims():
             "case_id": ["rewrite", "rewrite", "claim", "claim"],
             "probe_type": ["direct", "locality", "direct", "locality"],
             "lp_base_old": [-5.0, -1.0, np.nan, -2.0],
+            "lp_base_new": [-8.0, -1.0, -6.0, -2.0],
             "lp_edit_old": [-9.0, -1.0, np.nan, -2.0],
             "lp_edit_new": [-3.0, -1.0, -4.0, -2.0],
             "n_tokens_new": [1, 1, 3, 1],

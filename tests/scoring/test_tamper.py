@@ -119,6 +119,8 @@ def test_atomic_probes_ask_each_consequence_about_its_own_subject():
         {
             "fact_id": ["c0/0", "c0/1"],
             "case_id": "c0",
+            "tier": "inductive",
+            "status": "entailed",
             "subject_label": "Michelle Obama",
             "relation": "citizenship",
             "answer_old": "USA",

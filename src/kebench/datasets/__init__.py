@@ -6,6 +6,7 @@ from kebench.datasets.atomic import (
     AtomicParquetDataset,
     AtomicTextDataset,
 )
+from kebench.datasets.axiom_table_dataset import AxiomTableDataset
 from kebench.datasets.edit_cases_dataset import EditCasesDataset
 from kebench.datasets.injection_sets_dataset import InjectionSetsDataset
 from kebench.datasets.mlflow_method_metrics_dataset import MlflowMethodMetricsDataset
@@ -22,6 +23,7 @@ __all__ = [
     "AtomicJSONDataset",
     "AtomicParquetDataset",
     "AtomicTextDataset",
+    "AxiomTableDataset",
     "EditCasesDataset",
     "InjectionSetsDataset",
     "MlflowMethodMetricsDataset",

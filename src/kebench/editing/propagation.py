@@ -43,8 +43,9 @@ import numpy as np
 import pandas as pd
 
 from kebench.editing.requests import EditRequest
+from kebench.qa.entailment import derivation_id
 from kebench.qa.verbaliser import Verbaliser
-from kebench.schemas import MITIGATION_PROBES, PROPAGATION_REQUESTS
+from kebench.schemas import MITIGATION_PROBES, PROPAGATION_REQUESTS, TIERS
 
 FORMS = ("chained", "atomic")
 
@@ -125,8 +126,16 @@ def atomic_prompt(verbaliser: Verbaliser, relation: str) -> str:
 def _request(
     fact: pd.Series, cloze: str, case_subject: str, form: str, verbaliser: Verbaliser
 ) -> dict[str, str] | None:
-    """The extra edit stating ``fact``, or None when its subject is not in the prompt."""
-    if form == "atomic":
+    """The extra edit stating ``fact``, or None when its subject is not in the prompt.
+
+    A deductive consequence's question already names its own subject, so its two
+    forms are one: its cloze, about that subject."""
+    if fact["tier"] == "deductive":
+        subject = fact["subject_label"]
+        if subject not in cloze:
+            return None
+        prompt = cloze.replace(subject, "{}", 1)
+    elif form == "atomic":
         prompt = atomic_prompt(verbaliser, fact["relation"])
         subject = fact["subject_label"]
     else:
@@ -139,6 +148,7 @@ def _request(
     return {
         "case_id": fact["case_id"],
         "fact_id": fact["fact_id"],
+        "tier": fact["tier"],
         "rule_id": fact["rule_id"],
         "prompt": prompt,
         "subject": subject,
@@ -158,8 +168,8 @@ def _overlap(held: pd.DataFrame, made: pd.DataFrame) -> np.ndarray:
 
 def _rewritten(locality: pd.DataFrame, made: pd.DataFrame) -> pd.DataFrame:
     """The locality probes whose fact (subject IRI, one of its KG relations) is the
-    consequence of an extra edit."""
-    changed = set(zip(made["subject_uri"], made["relation"], strict=True))
+    last fact of an extra edit's consequence."""
+    changed = set(zip(made["fact_subject_uri"], made["fact_relation"], strict=True))
     asks = [
         pd.notna(subject) and any((subject, r) in changed for r in relation.split("|"))
         for subject, relation in zip(
@@ -177,13 +187,19 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
     *,
     verbaliser: Verbaliser,
     form: str = "chained",
+    tiers: Sequence[str] = ("deductive",),
     held_out_share: float = 0.5,
     max_extra_edits: int = 8,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The extra edits, the probes' roles, and the excluded cases.
 
-    Only probed consequences (facts with a question) are propagated or held out.
+    Only probed consequences (facts with a question) are propagated or held out. In
+    each tier of ``tiers`` a case's derivations (a mined rule, or a deductive kind and
+    property path) are split into propagated and held-out ones; the deductive tier
+    is sound to propagate, the inductive one propagates correlations (optional). A
+    tier that is not propagated has every probe held out: its gap closure says what
+    the other tier's extra edits did to it.
 
     Returns:
         requests: the extra edits (``PROPAGATION_REQUESTS``), in case order; each is
@@ -196,11 +212,23 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
     """
     if form not in FORMS:
         raise ValueError(f"unknown propagation form {form!r}; use one of {FORMS}")
+    unknown = sorted(set(tiers) - set(TIERS))
+    if unknown or not tiers:
+        raise ValueError(
+            f"mitigation.propagation.tiers: {list(tiers)!r}; use one or both of "
+            f"{list(TIERS)}"
+        )
     facts = entailed_facts[
         entailed_facts["fact_id"].isin(entailed_questions["fact_id"])
-    ].assign(key=consequence_keys(entailed_facts))
+    ]
+    facts = facts.assign(
+        key=consequence_keys(facts),
+        rule_id=[derivation_id(f) for f in facts.to_dict("records")],
+    )
     questions = entailed_questions.merge(facts[["fact_id", "key"]], on="fact_id")
-    entailed = probes[probes["probe_type"] == "entailed"]
+    entailed = probes[
+        (probes["probe_type"] == "entailed") & probes["tier"].isin(list(TIERS))
+    ]
     locality = probes[probes["probe_type"] == "locality"]
     # each probe's consequence: the fact whose question it asks
     probe_facts = entailed.merge(
@@ -221,12 +249,15 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
         if case_probes.empty:
             excluded.append((case_id, "no entailed probes"))
             continue
-        propagated, held_out = split_rules(
-            rule_groups(case_facts), case_id, held_out_share, seed
-        )
-        if not held_out:
-            excluded.append((case_id, "one rule only: nothing to hold out"))
-            continue
+        propagated, held_out = [], []
+        for tier in tiers:
+            own = case_facts[case_facts["tier"] == tier]
+            if not own.empty:
+                sent, kept = split_rules(
+                    rule_groups(own), f"{tier}:{case_id}", held_out_share, seed
+                )
+                propagated += sent
+                held_out += kept
         chosen = case_facts[case_facts["rule_id"].isin(propagated)].drop_duplicates(
             "key"
         )
@@ -238,13 +269,15 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
         ]
         extra = [r for r in extra if r is not None][:max_extra_edits]
         if not extra:
-            excluded.append((case_id, "no consequence of the propagated rules to edit"))
+            reason = (
+                "one derivation per tier only: nothing to hold out"
+                if propagated and not held_out
+                else "no consequence of the propagated derivations to edit"
+            )
+            excluded.append((case_id, reason))
             continue
         made = chosen[chosen["fact_id"].isin([r["fact_id"] for r in extra])]
-        if not case_probes["rule_id"].isin(held_out).any():
-            excluded.append((case_id, "no entailed probe of a held-out rule"))
-            continue
-        asked = case_probes[["case_id", "probe_id", "rule_id"]].merge(
+        asked = case_probes[["case_id", "probe_id", "rule_id", "tier"]].merge(
             probe_facts.drop_duplicates("probe_id"), on="probe_id", how="left"
         )
         leaked = asked["key"].isin(made["key"])
@@ -265,11 +298,11 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
         overlap = np.where(role == "held_out", _overlap(asked, made), None)
         rewritten = _rewritten(locality[locality["case_id"] == case_id], made)
         roles += [
-            asked[["case_id", "probe_id", "rule_id"]].assign(
+            asked[["case_id", "probe_id", "rule_id", "tier"]].assign(
                 role=role, overlap=overlap
             ),
             rewritten[["case_id", "probe_id"]].assign(
-                rule_id=None, role="rewritten", overlap=None
+                tier=None, rule_id=None, role="rewritten", overlap=None
             ),
         ]
     return (

@@ -1,8 +1,9 @@
 """Other names of the KG's entities, so that a generated answer may use any of them.
 
-A free generation (protocol ``wild``) is right when it names the answer or an alias.
-Datasets ship some aliases (MQuAKE's ``answer_alias``); the KG knows more. For each
-entity that can be an answer (an object of ``kg_triples``, an edit's target), kebench
+A free generation (protocol ``wild``) is right when it names the answer or an alias,
+and an edit must hold when its subject is called by another name. Datasets ship some
+aliases (MQuAKE's ``answer_alias``); the KG knows more. For each entity that can be an
+answer (an object of ``kg_triples``, an edit's target) and each edited subject, kebench
 asks the endpoint for:
 
 - ``label``: its labels and names (``rdfs:label``, ``foaf:name``, ... :
@@ -115,14 +116,18 @@ def fetch_aliases(
     return ENTITY_ALIASES.validate(table)
 
 
-def answer_entities(kg_triples: pd.DataFrame, edit_requests: pd.DataFrame) -> set[str]:
-    """The entities that can be a probe's answer: the KG's entity objects and the
-    edits' targets."""
+def aliased_entities(kg_triples: pd.DataFrame, edit_requests: pd.DataFrame) -> set[str]:
+    """The entities whose other names kebench fetches: those that can be a probe's
+    answer (the KG's entity objects, the edits' targets) and the edited subjects."""
     objects = kg_triples.loc[~kg_triples["o_is_literal"], "o"]
-    targets = pd.concat(
-        [edit_requests["target_true_uri"], edit_requests["target_new_uri"]]
+    linked = pd.concat(
+        [
+            edit_requests["subject_uri"],
+            edit_requests["target_true_uri"],
+            edit_requests["target_new_uri"],
+        ]
     ).dropna()
-    return set(objects) | set(targets)
+    return set(objects) | set(linked)
 
 
 def aliases_by_label(

@@ -232,7 +232,9 @@ class EditedWorld:
         world = _World(
             self.kg,
             removed_keys | {k for k in edit_keys if k[1] in self.functional},
-            {(e.subject, e.relation, e.old) for e in edits},
+            {(e.subject, e.relation, e.old) for e in edits}.union(
+                *(e.retracted_new for e in edits)
+            ),
         )
         derived: dict[Fact, DerivedFact] = {}
         frontier = []
@@ -446,7 +448,14 @@ class EditedWorld:
 
 def _reverted(edit: EditedFact) -> EditedFact:
     """The same edit towards its old value: the old world's seed."""
-    return EditedFact(edit.subject, edit.relation, edit.new, edit.old)
+    return EditedFact(
+        edit.subject,
+        edit.relation,
+        edit.new,
+        edit.old,
+        retracted_new=edit.retracted_old,
+        retracted_old=edit.retracted_new,
+    )
 
 
 def consistent_facts(

@@ -77,12 +77,20 @@ class KgIndex:
 
 @dataclass(frozen=True)
 class EditedFact:
-    """The edited triple, in local names: (subject, relation, old object, new object)."""
+    """The edited triple, in local names: (subject, relation, old object, new object).
+
+    ``retracted_new`` and ``retracted_old`` are the stored facts that state the
+    replaced value again (its symmetric twin, inverse, sub- or equivalent property:
+    ``kebench.qa.deduction.WorldStore.changes``), absent from the new world and from
+    the old one: no consequence rests on them.
+    """
 
     subject: str
     relation: str
     old: str
     new: str
+    retracted_new: frozenset[tuple[str, str, str]] = frozenset()
+    retracted_old: frozenset[tuple[str, str, str]] = frozenset()
 
 
 @dataclass

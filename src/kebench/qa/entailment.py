@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import pyoxigraph as ox
 
 from kebench.kg.amie_export import amie_term, local_name
+from kebench.kg.vocabulary import (
+    Step,
+    Vocabulary,
+    edit_relations,
+    vocabulary_of,
+    warn_contradictions,
+)
 from kebench.qa.closure import (
-    STATUSES,
     ClosureSettings,
     EditedWorld,
     consistent_facts,
@@ -20,24 +28,30 @@ from kebench.qa.closure import (
 from kebench.qa.consequences import (
     ConsequenceFinder,
     EditedFact,
-    Entity,
+    EntailedFact,
     KgIndex,
     entailed_facts,
 )
+from kebench.qa.deduction import (
+    AxiomRule,
+    Deducer,
+    Deduction,
+    DeductionSettings,
+    EditTriples,
+    Term,
+    WorldStore,
+    axiom_rule,
+    path_text,
+)
 from kebench.qa.llm_questions import LlmQuestionWriter
 from kebench.qa.verbaliser import Verbaliser
-from kebench.schemas import ENTAILED_FACTS, ENTAILED_QUESTIONS
+from kebench.schemas import (
+    ENTAILED_FACTS,
+    ENTAILED_QUESTIONS,
+    FACT_STATUSES,
+)
 
 logger = logging.getLogger(__name__)
-
-
-def edit_relations(
-    relation_id: str, relations: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """Local names of the KG predicates that state a relation (P-id)."""
-    return [
-        local_name(iri) for iri in relations.get(relation_id, {}).get("dbpedia", [])
-    ]
 
 
 def target_local(uri: object, label: str) -> str:
@@ -47,187 +61,603 @@ def target_local(uri: object, label: str) -> str:
     )
 
 
-def edited_facts(
-    edit: Mapping[str, Any], kg: KgIndex, relations: Mapping[str, Mapping[str, Any]]
-) -> tuple[list[EditedFact], str | None]:
-    """The edit as KG facts, or the reason it cannot be one.
+def _term(uri: object, label: str) -> Term:
+    """A target as the KG states it: its entity, else its text as a literal."""
+    return Term(uri) if isinstance(uri, str) else Term(label, literal=True)
+
+
+def edit_triples(
+    edit: Mapping[str, Any],
+    kg: KgIndex,
+    predicates: Mapping[str, set[str]],
+    relations: Mapping[str, Mapping[str, Any]],
+) -> tuple[EditTriples | None, str | None]:
+    """The edit as KG triples (``EditTriples``), or the reason it cannot be one.
 
     A target that was not linked to an entity is matched as a literal (DBpedia often
-    states heads of government as plain names). Among the KG predicates of the
-    relation, those that state the old or the new value for the subject are used.
+    states heads of government as plain names). Among the factual KG predicates of
+    the relation (``predicates``: local name -> predicate IRIs), those that state the
+    old or the new value for the subject are used, else all of them.
     """
     if not isinstance(edit["subject_uri"], str):
-        return [], "subject not linked to the KG"
+        return None, "subject not linked to the KG"
     if not isinstance(edit["target_true"], str):
-        # Both semantics compare the world before the edit, where (subject,
-        # relation) has the old value, with the world after it.
-        return [], "the edit adds a fact: no old value to replace"
+        # Both tiers compare the world before the edit, where (subject, relation)
+        # has the old value, with the world after it.
+        return None, "the edit adds a fact: no old value to replace"
     subject = local_name(edit["subject_uri"])
     if subject not in kg.entities:
-        return [], "subject not in the KG"
+        return None, "subject not in the KG"
     old = target_local(edit["target_true_uri"], edit["target_true"])
     new = target_local(edit["target_new_uri"], edit["target_new"])
     candidates = [
         r for r in edit_relations(edit["relation_id"], relations) if r in kg.relations()
     ]
     if not candidates:
-        return [], "relation has no KG predicate"
+        return None, "relation has no factual KG predicate"
     stated = [
         r for r in candidates if kg.objects(subject, r) & {old, new}
     ] or candidates
-    return [EditedFact(subject, relation, old, new) for relation in stated], None
+    iris = {
+        iri
+        for iri in relations.get(edit["relation_id"], {}).get("dbpedia", [])
+        if local_name(iri) in stated and iri in predicates.get(local_name(iri), ())
+    }
+    if not iris:
+        return None, "relation has no factual KG predicate"
+    return EditTriples(
+        subject=edit["subject_uri"],
+        predicates=tuple(sorted(iris)),
+        old=_term(edit["target_true_uri"], edit["target_true"]),
+        new=_term(edit["target_new_uri"], edit["target_new"]),
+    ), None
+
+
+def _local_fact(quad_s: str, quad_p: str, obj: Term) -> tuple[str, str, str]:
+    return local_name(quad_s), local_name(quad_p), amie_term(obj.value, obj.literal)
+
+
+def edited_facts(triples: EditTriples, store: WorldStore) -> list[EditedFact]:
+    """The edit in AMIE local names, for the rule closure: each stated predicate
+    with the stored facts each world retracts (the replaced value's symmetric twin,
+    inverse, sub- and equivalent properties), so no consequence rests on them."""
+    retracted = []
+    for use_new in (True, False):
+        removed, _ = store.changes(triples, use_new)
+        retracted.append(
+            frozenset(
+                _local_fact(
+                    q.subject.value,
+                    q.predicate.value,
+                    Term(q.object.value, isinstance(q.object, ox.Literal)),
+                )
+                for q in removed
+            )
+        )
+    old = amie_term(triples.old.value, triples.old.literal)
+    new = amie_term(triples.new.value, triples.new.literal)
+    return [
+        EditedFact(
+            local_name(triples.subject),
+            local_name(predicate),
+            old,
+            new,
+            retracted_new=retracted[0],
+            retracted_old=retracted[1],
+        )
+        for predicate in dict.fromkeys(triples.predicates)
+    ]
 
 
 SEMANTICS = ("paper", "consistent")
 
 
-def derive_entailed_facts(  # noqa: PLR0913, PLR0917 - the inputs and the two settings
+@dataclass(frozen=True)
+class DerivationContext:
+    """What derivations read beside the edits, the rules and the KG.
+
+    Attributes:
+        vocabulary: the axioms; only its factual predicates carry consequences.
+        aliases: entity IRI -> its other names (``subject_alias`` probes).
+        types: entity IRI -> its classes (domain and range checks).
+        walkable: the steps (predicate, backward) a deductive walk may take over
+            unchanged KG triples: those a question can word.
+    """
+
+    vocabulary: Vocabulary
+    aliases: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    types: Mapping[str, set[str]] = field(default_factory=dict)
+    walkable: frozenset[Step] = frozenset()
+
+
+def derivation_context(  # noqa: PLR0913, PLR0917 - the context's sources
+    axioms: pd.DataFrame,
+    relations: Mapping[str, Mapping[str, Any]],
+    entity_aliases: pd.DataFrame,
+    entity_types: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    templates: Mapping[str, Any],
+) -> DerivationContext:
+    """The ``DerivationContext`` of a run.
+
+    The vocabulary reads ``axioms`` (the shipped table's and the KG's own) and takes
+    the edit relations' predicates (``relations``) as factual. A subject's other
+    names are its KG aliases that name no other KG entity. A walk crosses an
+    unchanged KG triple only where ``templates`` word the step: its relation forward,
+    its converse (``^<local name>``) backward.
+    """
+    vocabulary = vocabulary_of(axioms, relations)
+    names = EntityNames.of(kg_triples, pd.DataFrame(columns=_TARGET_COLUMNS))
+    taken = set(names.labels.values())
+    aliases: dict[str, list[str]] = defaultdict(list)
+    ordered = entity_aliases.assign(
+        rank=entity_aliases["via"].map({"redirect": 0, "same_as": 1, "label": 2})
+    ).sort_values(["uri", "rank", "alias"])
+    for uri, alias in zip(ordered["uri"], ordered["alias"], strict=True):
+        if alias not in taken and alias != names.labels.get(uri):
+            aliases[uri].append(alias)
+    types: dict[str, set[str]] = defaultdict(set)
+    for uri, kind in zip(entity_types["uri"], entity_types["type"], strict=True):
+        types[uri].add(kind)
+    return DerivationContext(
+        vocabulary,
+        aliases=dict(aliases),
+        types=dict(types),
+        walkable=frozenset(
+            (p, key.startswith("^"))
+            for p in set(kg_triples["p"])
+            for key in (local_name(p), f"^{local_name(p)}")
+            if key in templates
+        ),
+    )
+
+
+_TARGET_COLUMNS = ["target_true", "target_true_uri", "target_new", "target_new_uri"]
+
+
+def factual_triples(
+    kg_triples: pd.DataFrame, vocabulary: Vocabulary
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The triples of factual predicates, and the count of the others by predicate
+    (no consequence of either tier rests on them)."""
+    keep = kg_triples["p"].map(vocabulary.is_factual).astype(bool)
+    left_out = kg_triples.loc[~keep, "p"].value_counts()
+    if len(left_out):
+        logger.info(
+            "%d KG triples of %d predicates state no fact (not in the vocabulary's "
+            "allow-list) and carry no consequence; most: %s",
+            int(left_out.sum()),
+            len(left_out),
+            ", ".join(f"{local_name(p)} ({n})" for p, n in left_out.head(8).items()),
+        )
+    return kg_triples[keep].reset_index(drop=True), {
+        str(p): int(n) for p, n in left_out.items()
+    }
+
+
+def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and settings
     edit_requests: pd.DataFrame,
     rules: pd.DataFrame,
     kg_triples: pd.DataFrame,
     relations: Mapping[str, Mapping[str, Any]],
+    context: DerivationContext,
     semantics: str = "consistent",
     closure: ClosureSettings = ClosureSettings(),
+    deduction: DeductionSettings = DeductionSettings(),
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``entailed_facts`` for every edit, and counts of what was skipped and why.
+    """``entailed_facts`` of both tiers for every edit, and a report of what was
+    derived, skipped and why.
 
-    ``semantics`` is ``paper`` (each rule applied once to KG + edit, every consequence
-    ``entailed``) or ``consistent`` (the closure of kebench.qa.closure, with statuses).
+    The deductive tier (``kebench.qa.deduction``) and the inductive one: the mined
+    rules the axioms do not entail, under ``semantics`` ``paper`` (each rule applied
+    once to KG + edit, every consequence ``entailed``) or ``consistent`` (the closure
+    of kebench.qa.closure, with statuses). Only factual predicates' triples are read.
     """
     if semantics not in SEMANTICS:
         raise ValueError(
             f"qa_generation.consequences.semantics: {semantics!r} is not one of "
             f"{list(SEMANTICS)}"
         )
-    kg = KgIndex(kg_triples)
-    finder = ConsequenceFinder(kg, rules, max_per_rule=closure.max_groundings_per_rule)
-    rules_by_id = {
-        rid: ([tuple(a) for a in body], tuple(head))
-        for rid, body, head in zip(
-            rules["rule_id"], rules["body"], rules["head"], strict=True
-        )
-    }
+    vocabulary = context.vocabulary
+    factual, left_out = factual_triples(kg_triples, vocabulary)
+    kg = KgIndex(factual)
+    predicates: dict[str, set[str]] = defaultdict(set)
+    for iri, local in zip(factual["p"], factual["p_local"], strict=True):
+        predicates[local].add(iri)
+    tiers = split_rules(rules, vocabulary, predicates)
+    inductive = rules[rules["rule_id"].isin(tiers.inductive)]
+    finder = ConsequenceFinder(
+        kg, inductive, max_per_rule=closure.max_groundings_per_rule
+    )
     world = EditedWorld(
         kg,
         [
-            (rid, body, head)
-            for rid, (body, head) in rules_by_id.items()
+            (rid, [tuple(a) for a in body], tuple(head))
+            for rid, body, head in zip(
+                inductive["rule_id"], inductive["body"], inductive["head"], strict=True
+            )
             # the finder counts and leaves out rules naming a relation the KG lacks
             if {a[1] for a in [*body, head]} <= kg.relations()
         ],
         closure,
     )
-    rows, edits_skipped = [], Counter()
-    for edit in edit_requests.to_dict("records"):
-        facts, reason = edited_facts(edit, kg, relations)
-        if reason:
-            edits_skipped[reason] += 1
-        # The targets may be absent from the KG; name them as the edit does.
-        targets = {
-            target_local(edit[f"{field}_uri"], edit[field]): Entity(
-                "",
-                uri if isinstance(uri := edit[f"{field}_uri"], str) else edit[field],
-                edit[field],
-            )
-            for field in ("target_true", "target_new")
-            if isinstance(edit[field], str)
-        }
-        entity = lambda local: kg.entities.get(local) or targets[local]  # noqa: E731
-        labelled = lambda atoms: json.dumps(  # noqa: E731
-            [[entity(s).label, r, entity(o).label] for s, r, o in atoms],
-            ensure_ascii=False,
+    deducer = Deducer(
+        factual,
+        vocabulary,
+        walkable=context.walkable,
+        types=context.types,
+        aliases=context.aliases,
+        settings=deduction,
+    )
+    rules_by_id = {
+        rid: ([tuple(a) for a in body], tuple(head))
+        for rid, body, head in zip(
+            inductive["rule_id"], inductive["body"], inductive["head"], strict=True
         )
+    }
+    confidence = (
+        dict(zip(rules["rule_id"], rules["pca_confidence"], strict=True))
+        if "pca_confidence" in rules
+        else {}
+    )
+    names = EntityNames.of(kg_triples, edit_requests)
+    stored = StoredPredicates.of(factual)
+    rows, skipped_edits, several = [], {}, {}
+    for edit in edit_requests.to_dict("records"):
+        triples, reason = edit_triples(edit, kg, predicates, relations)
+        if reason:
+            skipped_edits[edit["case_id"]] = reason
+            continue
+        facts = edited_facts(triples, deducer.store)
         if semantics == "paper":
-            consequences = [
+            inductive_facts = [
                 f
                 for edited in facts
                 for f in entailed_facts(finder, edited, rules_by_id)
             ]
         else:
-            consequences = (
-                consistent_facts(world, facts, finder.skipped) if facts else []
-            )
-        for number, fact in enumerate(consequences):
-            rows.append(
-                {
-                    "fact_id": f"{edit['case_id']}/{number}",
-                    "case_id": edit["case_id"],
-                    "rule_id": fact.rule_id,
-                    "bindings": json.dumps(fact.bindings, sort_keys=True),
-                    "subject_uri": entity(fact.subject).iri,
-                    "subject_label": entity(fact.subject).label,
-                    "relation": fact.relation,
-                    "answer_old": entity(fact.answer_old).label,
-                    "answer_old_uri": entity(fact.answer_old).iri,
-                    "answer_new": entity(fact.answer_new).label,
-                    "answer_new_uri": entity(fact.answer_new).iri,
-                    "chain": json.dumps(
-                        [
-                            [rel, direction, entity(e).label]
-                            for rel, direction, e in fact.chain
-                        ],
-                        ensure_ascii=False,
-                    ),
-                    "path": labelled(fact.path),
-                    "premises": labelled(fact.premises),
-                    "status": fact.status,
-                    "reason": fact.reason,
-                    "depth": fact.depth,
-                    "semantics": semantics,
-                    # A backward step names its entity, so only forward steps add a hop.
-                    "hops": 1
-                    + sum(direction == "out" for _, direction, _ in fact.chain),
-                }
-            )
+            inductive_facts = consistent_facts(world, facts, finder.skipped)
+        deduced = deducer.deduce(edit["case_id"], triples, tiers.axiom)
+        if (values := deducer.edited_values(triples)) > 1:
+            several[edit["case_id"]] = values
+        numbered = enumerate(
+            [
+                *(deductive_row(d, triples, names, confidence) for d in deduced),
+                *(
+                    inductive_row(f, names, kg, stored, confidence)
+                    for f in inductive_facts
+                ),
+            ]
+        )
+        rows += [
+            {"fact_id": f"{edit['case_id']}/{n}", "case_id": edit["case_id"]}
+            | row
+            | {"semantics": semantics}
+            for n, row in numbered
+        ]
     frame = ENTAILED_FACTS.validate(
         pd.DataFrame(rows, columns=list(ENTAILED_FACTS.columns))
     )
-    probed = frame[frame["status"] == "entailed"]
-    per_edit = (
-        probed.groupby("case_id").size().reindex(edit_requests["case_id"], fill_value=0)
-    )
-    not_probed = frame[frame["status"] != "entailed"]
-    report = {
-        "edits": len(edit_requests),
-        "edits_with_consequence_pct": round(100.0 * float((per_edit > 0).mean()), 2),
+    report = consequence_report(frame, edit_requests, rules, skipped_edits, several)
+    report |= {
         "semantics": semantics,
-        "consequences": len(frame),
-        "status": {
-            status: int((frame["status"] == status).sum()) for status in STATUSES
+        "rules_available": len(rules),
+        "rules": {
+            "axiom_entailed": sorted(r.rule_id for r in tiers.axiom),
+            "inductive": len(tiers.inductive),
+            "naming_a_non_factual_predicate": len(tiers.non_factual),
         },
-        "not_probed_by_reason": {
-            status: {
+        "triples_without_fact_by_predicate": left_out,
+        "edits_without_kg_fact": dict(Counter(skipped_edits.values())),
+        "consequences_skipped": dict(finder.skipped) | dict(deducer.skipped),
+        "closure_notes": dict(world.notes),
+        "functional_axioms_contradicted": warn_contradictions(vocabulary, factual),
+    }
+    return frame, report
+
+
+@dataclass(frozen=True)
+class RuleTiers:
+    """The rules of ``rules_for_qa`` by tier."""
+
+    axiom: list[AxiomRule]
+    inductive: list[str]
+    non_factual: list[str]
+
+
+def split_rules(
+    rules: pd.DataFrame, vocabulary: Vocabulary, predicates: Mapping[str, set[str]]
+) -> RuleTiers:
+    """Rules the axioms entail (deductive, kind ``axiom``), the others (inductive),
+    and those naming a relation with no factual predicate (neither: left out)."""
+    axiom, inductive, non_factual = [], [], []
+    for rid, body, head in zip(
+        rules["rule_id"], rules["body"], rules["head"], strict=True
+    ):
+        atoms = [tuple(a) for a in body]
+        if any(a[1] not in predicates for a in [*atoms, tuple(head)]):
+            non_factual.append(rid)
+        elif found := axiom_rule(rid, atoms, tuple(head), vocabulary, predicates):
+            axiom.append(found)
+        else:
+            inductive.append(rid)
+    if non_factual:
+        logger.info(
+            "%d rules for QA name a predicate that states no fact: left out",
+            len(non_factual),
+        )
+    return RuleTiers(axiom, inductive, non_factual)
+
+
+@dataclass(frozen=True)
+class EntityNames:
+    """Labels of IRIs, and IRIs of AMIE local names, for the rows."""
+
+    labels: Mapping[str, str]
+    by_local: Mapping[str, str]
+
+    @classmethod
+    def of(cls, kg_triples: pd.DataFrame, edit_requests: pd.DataFrame) -> EntityNames:
+        entities = kg_triples[~kg_triples["o_is_literal"]]
+        labels = dict(zip(kg_triples["s"], kg_triples["s_label"], strict=True))
+        labels |= dict(zip(entities["o"], entities["o_label"], strict=True))
+        for side in ("target_true", "target_new"):
+            known = edit_requests.dropna(subset=[f"{side}_uri"])
+            for uri, label in zip(known[f"{side}_uri"], known[side], strict=True):
+                labels.setdefault(uri, label)
+        return cls(labels, {local_name(iri): iri for iri in labels})
+
+    def label(self, term: Term) -> str:
+        return (
+            term.value
+            if term.literal
+            else self.labels.get(term.value, local_name(term.value))
+        )
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def deductive_row(
+    item: Deduction,
+    edit: EditTriples,
+    names: EntityNames,
+    confidence: Mapping[str, float],
+) -> dict[str, Any]:
+    """An ``entailed_facts`` row of the deductive tier."""
+    walk = item.walk
+    start = Term(walk.start)
+    label = names.label
+    nodes = [
+        Term(t.s) if backward else t.o
+        for t, (_, backward) in zip(walk.triples, walk.steps, strict=True)
+    ]
+    if walk.asked == walk.steps:
+        reached = [label(n) for n in nodes]
+    else:
+        reached = [""] * (len(walk.asked) - 1) + [label(item.answer_new)]
+    last = walk.triples[-1]
+    new = {(edit.subject, p, edit.new) for p in edit.predicates}
+    return {
+        "tier": "deductive",
+        "kind": walk.kind,
+        "rule_id": walk.rule_id,
+        "confidence": confidence.get(walk.rule_id) if walk.rule_id else None,
+        "bindings": "{}",
+        "subject_uri": walk.start,
+        "subject_label": walk.start_label or label(start),
+        "relation": path_text(walk.steps),
+        "fact_subject_uri": last.s,
+        "fact_relation": local_name(last.p),
+        "answer_old": label(item.answer_old) if item.answer_old else None,
+        "answer_old_uri": item.answer_old.value if item.answer_old else None,
+        "answer_new": label(item.answer_new),
+        "answer_new_uri": item.answer_new.value,
+        "chain": _json(
+            [
+                [local_name(p), "in" if backward else "out", name]
+                for (p, backward), name in zip(walk.asked, reached, strict=True)
+            ]
+        ),
+        "path": _json(
+            [[label(Term(t.s)), local_name(t.p), label(t.o)] for t in walk.triples]
+        ),
+        "path_uri": _json([[t.s, t.p, t.o.value] for t in walk.triples]),
+        "premises": _json(
+            [
+                [label(Term(t.s)), local_name(t.p), label(t.o)]
+                for t in walk.triples
+                if (t.s, t.p, t.o) not in new
+            ]
+        ),
+        "hops": len(walk.steps),
+        "status": item.status,
+        "reason": item.reason,
+        "depth": 1,
+    }
+
+
+@dataclass(frozen=True)
+class StoredPredicates:
+    """The predicate IRI of a fact named in local names: the one the KG stores it
+    under, else the first of its local name (a derived fact)."""
+
+    by_local: Mapping[str, list[str]]
+    facts: frozenset[tuple[str, str, str]]
+
+    @classmethod
+    def of(cls, triples: pd.DataFrame) -> StoredPredicates:
+        by_local: dict[str, set[str]] = defaultdict(set)
+        for iri, local in zip(triples["p"], triples["p_local"], strict=True):
+            by_local[local].add(iri)
+        return cls(
+            {k: sorted(v) for k, v in by_local.items()},
+            frozenset(zip(triples["s"], triples["p"], triples["o"], strict=True)),
+        )
+
+    def iri(self, subject: str, local: str, obj: str) -> str:
+        candidates = self.by_local.get(local, [local])
+        return next(
+            (p for p in candidates if (subject, p, obj) in self.facts), candidates[0]
+        )
+
+
+def inductive_row(  # noqa: PLR0913, PLR0917 - a row's sources
+    fact: EntailedFact,
+    names: EntityNames,
+    kg: KgIndex,
+    stored: StoredPredicates,
+    confidence: Mapping[str, float],
+) -> dict[str, Any]:
+    """An ``entailed_facts`` row of the inductive tier (a mined rule's consequence)."""
+
+    def entity(local: str) -> tuple[str, str]:
+        """(IRI, label) of a local name: the KG's entity, else the edit's target."""
+        if local in kg.entities:
+            found = kg.entities[local]
+            return found.iri, found.label
+        iri = names.by_local.get(local, local)
+        return iri, names.labels.get(iri, local.replace("_", " "))
+
+    def labelled(atoms: Sequence[tuple[str, str, str]]) -> str:
+        return _json([[entity(s)[1], r, entity(o)[1]] for s, r, o in atoms])
+
+    def as_iris(atoms: Sequence[tuple[str, str, str]]) -> str:
+        triples = []
+        for s, r, o in atoms:
+            s_iri, o_iri = entity(s)[0], entity(o)[0]
+            # a literal object is stored as its text, which its local name spells
+            # with "_" for whitespace
+            obj = o_iri if o_iri != o else entity(o)[1]
+            triples.append([s_iri, stored.iri(s_iri, r, obj), obj])
+        return _json(triples)
+
+    subject_uri, subject_label = entity(fact.subject)
+    return {
+        "tier": "inductive",
+        "kind": "rule",
+        "rule_id": fact.rule_id,
+        "confidence": confidence.get(fact.rule_id),
+        "bindings": json.dumps(fact.bindings, sort_keys=True),
+        "subject_uri": subject_uri,
+        "subject_label": subject_label,
+        "relation": fact.relation,
+        "fact_subject_uri": subject_uri,
+        "fact_relation": fact.relation,
+        "answer_old": entity(fact.answer_old)[1],
+        "answer_old_uri": entity(fact.answer_old)[0],
+        "answer_new": entity(fact.answer_new)[1],
+        "answer_new_uri": entity(fact.answer_new)[0],
+        "chain": _json([[rel, d, entity(e)[1]] for rel, d, e in fact.chain]),
+        "path": labelled(fact.path),
+        "path_uri": as_iris(fact.path),
+        "premises": labelled(fact.premises),
+        "status": fact.status,
+        "reason": fact.reason,
+        "depth": fact.depth,
+        # A backward step names its entity, so only forward steps add a hop.
+        "hops": 1 + sum(direction == "out" for _, direction, _ in fact.chain),
+    }
+
+
+def headline_deductive(frame: pd.DataFrame) -> pd.Series:
+    """The rows the headline's deductive Consistency can count: probed
+    compositions (each walks the edit and at least one unchanged KG triple)."""
+    return (
+        (frame["tier"] == "deductive")
+        & (frame["kind"] == "composition")
+        & (frame["status"] == "entailed")
+    )
+
+
+def consequence_report(
+    frame: pd.DataFrame,
+    edit_requests: pd.DataFrame,
+    rules: pd.DataFrame,
+    skipped_edits: Mapping[str, str],
+    several: Mapping[str, int],
+) -> dict[str, Any]:
+    """Counts per tier, kind and status, edits with probed consequences of each
+    tier, and why the edits without a deductive composition have none."""
+    probed = frame[frame["status"] == "entailed"]
+    cases = edit_requests["case_id"]
+
+    def share(part: pd.DataFrame) -> float:
+        return round(100.0 * float(cases.isin(part["case_id"]).mean()), 2)
+
+    tiers = {}
+    for tier, rows in frame.groupby("tier"):
+        kept = rows[rows["status"] == "entailed"]
+        tiers[tier] = {
+            "consequences": len(rows),
+            "probed": len(kept),
+            "edits_with_probed_pct": share(kept),
+            "by_kind": {
+                kind: {
+                    status: int((part["status"] == status).sum())
+                    for status in FACT_STATUSES
+                    if (part["status"] == status).any()
+                }
+                for kind, part in rows.groupby("kind")
+            },
+            "without_old_answer": int(kept["answer_old"].isna().sum()),
+            "not_probed_by_reason": {
                 reason_kind(reason): int(n)
-                for reason, n in part["reason"].value_counts().items()
-            }
-            for status, part in not_probed.groupby("status")
-        },
-        "top_rules_not_probed": top_rules(not_probed, rules),
-        "top_rules_entailed": top_rules(probed, rules),
+                for reason, n in rows["reason"].dropna().value_counts().items()
+            },
+            "top_rules_entailed": top_rules(kept.dropna(subset=["rule_id"]), rules),
+        }
+    per_edit = probed.groupby("case_id").size().reindex(cases, fill_value=0)
+    return {
+        "edits": len(edit_requests),
+        "consequences": len(frame),
+        "tiers": tiers,
+        "edits_with_deductive_composition_pct": share(frame[headline_deductive(frame)]),
+        "edits_without_deductive_composition": without_composition_reasons(
+            frame, cases, skipped_edits, several
+        ),
         "consequences_per_edit": {
             "mean": round(float(per_edit.mean()), 3),
-            "max": int(per_edit.max()),
-            "distribution": {
-                str(k): int(v) for k, v in per_edit.value_counts().sort_index().items()
-            },
+            "max": int(per_edit.max()) if len(per_edit) else 0,
         },
-        "rules_available": len(rules),
-        "rules_used": sorted(probed["rule_id"].unique().tolist()),
-        "edits_without_kg_fact": dict(edits_skipped),
-        "consequences_skipped": dict(finder.skipped),
-        "closure_notes": dict(world.notes),
     }
-    logger.info(
-        "entailed facts (%s): %d of %d consequences for %d edits "
-        "(%.1f%% with at least one), %d rules used",
-        semantics,
-        len(probed),
-        len(frame),
-        len(edit_requests),
-        report["edits_with_consequence_pct"],
-        len(report["rules_used"]),
-    )
-    return frame, report
+
+
+def without_composition_reasons(
+    frame: pd.DataFrame,
+    cases: pd.Series,
+    skipped_edits: Mapping[str, str],
+    several: Mapping[str, int],
+) -> dict[str, int]:
+    """Why each edit without a probed deductive composition has none, counted: it is
+    no KG fact, the subject keeps several values of the edited relation (``several``:
+    case -> count), its compositions' statuses, or no unchanged KG triple joins it."""
+    compositions = frame[
+        (frame["tier"] == "deductive") & (frame["kind"] == "composition")
+    ]
+    reasons: Counter = Counter()
+    for case in cases:
+        own = compositions[compositions["case_id"] == case]
+        if (own["status"] == "entailed").any():
+            continue
+        if case in skipped_edits:
+            reasons[f"the edit is no KG fact: {skipped_edits[case]}"] += 1
+        elif case in several:
+            reasons[
+                "no single answer: the subject keeps several values of the edited "
+                "relation in the edited world (one of its predicates states another "
+                "relation too, or the KG gives it several)"
+            ] += 1
+        elif own.empty:
+            reasons[
+                "no composition: no unchanged KG fact joins the edit, or none "
+                "changes its answer (see consequences_skipped)"
+            ] += 1
+        else:
+            kinds = ", ".join(sorted(set(own["status"])))
+            reasons[f"every composition is {kinds}"] += 1
+    return dict(reasons)
 
 
 def top_rules(facts: pd.DataFrame, rules: pd.DataFrame, n: int = 10) -> list[dict]:
@@ -252,6 +682,31 @@ def reason_kind(reason: str) -> str:
     return reason.split(":", maxsplit=1)[0]
 
 
+def fact_question(
+    fact: Mapping[str, Any], edit: Mapping[str, Any], verbaliser: Verbaliser
+) -> tuple[str, str, str]:
+    """``(question, cloze, wording)`` of one consequence: an inductive one asked
+    from the edited subject through its chain, a deductive one along its property
+    path from its own subject, a ``subject_alias`` one as the edit's own question
+    and cloze with the other name."""
+    chain = [tuple(step) for step in json.loads(fact["chain"])]
+    if fact["tier"] == "inductive":
+        return verbaliser.question(edit["subject"], chain, fact["relation"])
+    if fact["kind"] == "subject_alias":
+        alias, subject = fact["subject_label"], edit["subject"]
+        question = edit["question"]
+        if isinstance(question, str) and subject in question:
+            cloze = edit["prompt"].replace("{}", alias)
+            return question.replace(subject, alias), cloze, "edit"
+    return verbaliser.path_question(fact["subject_label"], chain)
+
+
+def derivation_id(fact: Mapping[str, Any]) -> str:
+    """What derived a consequence: its mined rule, else ``<kind>:<property path>``."""
+    rule = fact["rule_id"]
+    return rule if isinstance(rule, str) else f"{fact['kind']}:{fact['relation']}"
+
+
 def template_questions(
     entailed: pd.DataFrame,
     edit_requests: pd.DataFrame,
@@ -259,19 +714,20 @@ def template_questions(
     max_per_edit: int,
 ) -> pd.DataFrame:
     """One templated question (and cloze) per ``entailed`` fact (facts of another
-    status are not probed), capped per edit, no duplicates."""
-    subject_of = edit_requests.set_index("case_id")["subject"]
+    status are not probed), at most ``max_per_edit`` per edit and tier, no
+    duplicates."""
+    edits = edit_requests.set_index("case_id")
     rows = []
     for fact in entailed[entailed["status"] == "entailed"].to_dict("records"):
-        chain = [tuple(step) for step in json.loads(fact["chain"])]
-        question, cloze, wording = verbaliser.question(
-            subject_of[fact["case_id"]], chain, fact["relation"]
-        )
+        edit = edits.loc[fact["case_id"]]
+        question, cloze, wording = fact_question(fact, edit, verbaliser)
         rows.append(
             {
                 "fact_id": fact["fact_id"],
                 "case_id": fact["case_id"],
-                "rule_id": fact["rule_id"],
+                "tier": fact["tier"],
+                "kind": fact["kind"],
+                "rule_id": derivation_id(fact),
                 "question": question,
                 "cloze": cloze,
                 "answer_old": fact["answer_old"],
@@ -287,9 +743,10 @@ def template_questions(
 
 
 def cap_questions(questions: pd.DataFrame, max_per_edit: int) -> pd.DataFrame:
-    """Drop duplicate questions of an edit and keep at most ``max_per_edit`` per edit."""
+    """Drop duplicate questions of an edit and keep at most ``max_per_edit`` per edit
+    and tier."""
     questions = questions.drop_duplicates(["case_id", "question"])
-    questions = questions.groupby("case_id", sort=False).head(max_per_edit)
+    questions = questions.groupby(["case_id", "tier"], sort=False).head(max_per_edit)
     return ENTAILED_QUESTIONS.validate(questions.reset_index(drop=True))
 
 
@@ -312,7 +769,8 @@ def llm_questions(
     kept, rejected = [], []
     for row in templated.to_dict("records"):
         question, reason = writer.write(
-            [rule_text[row["rule_id"]]],
+            # a deductive consequence's derivation is its kind and property path
+            [rule_text.get(row["rule_id"], row["rule_id"])],
             json.loads(path_of[row["fact_id"]]),
             row["answer_new"],
         )

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from kebench.kg.amie_export import local_name
+from kebench.kg.vocabulary import Vocabulary, edit_relations
 from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import PROBES, RISKS
 
@@ -100,10 +103,11 @@ def entailed_probes(
     edit_requests: pd.DataFrame,
     entailed_facts: pd.DataFrame,
 ) -> pd.DataFrame:
-    """``entailed`` probes: rule-derived consequences, asked as clozes without the
-    facts. Each asks its consequence's (subject, relation) of ``entailed_facts``."""
+    """``entailed`` probes: the consequences of both tiers, asked as clozes without
+    the facts, with their tier and kind. Each is keyed by the last hop's fact of its
+    consequence (``entailed_facts.fact_subject_uri``, ``fact_relation``)."""
     cases = edit_requests.set_index("case_id")
-    facts = entailed_facts.set_index("fact_id")[["subject_uri", "relation"]]
+    facts = entailed_facts.set_index("fact_id")[["fact_subject_uri", "fact_relation"]]
     joined = entailed_questions.join(
         cases[["source", "risk", "subject"]], on="case_id"
     ).join(facts, on="fact_id")
@@ -118,9 +122,11 @@ def entailed_probes(
         answer_old=joined["answer_old"],
         answer_new=joined["answer_new"],
         rule_id=joined["rule_id"],
+        tier=joined["tier"],
+        kind=joined["kind"],
         hops=joined["hops"],
-        fact_subject_uri=joined["subject_uri"],
-        fact_relation=joined["relation"],
+        fact_subject_uri=joined["fact_subject_uri"],
+        fact_relation=joined["fact_relation"],
     )
 
 
@@ -157,6 +163,8 @@ def dataset_probe_rows(
             aliases_new=part["aliases_new"],
             # a dataset's entailed probe names its test (RippleEdits' categories)
             rule_id=part["origin"] if probe_type == "entailed" else None,
+            tier="dataset" if probe_type == "entailed" else None,
+            kind=part["origin"] if probe_type == "entailed" else None,
             hops=part["hops"],
         )
         for probe_type, part in joined.groupby("probe_type", sort=False)
@@ -211,6 +219,123 @@ def locality_probes(
                 }
             )
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def changed_relations(
+    relation: str, rules: pd.DataFrame, vocabulary: Vocabulary, predicates: set[str]
+) -> set[str]:
+    """The relations (local names) an edit of ``relation`` may change: itself, those
+    an axiom links to it (``Vocabulary.implying``, either way, over ``predicates``),
+    and the head of every rule with it in the body. A rule with it in the head
+    changes nothing else (born in X suggests a citizenship of X's country; a new
+    citizenship moves no birthplace)."""
+    iris = {p for p in predicates if local_name(p) == relation}
+    linked = {relation}
+    for other in predicates:
+        if any(
+            p in {q for q, _ in vocabulary.implying(other)}
+            or other in {q for q, _ in vocabulary.implying(p)}
+            for p in iris
+        ):
+            linked.add(local_name(other))
+    for body, head in zip(rules["body"], rules["head"], strict=True):
+        if relation in {atom[1] for atom in body}:
+            linked.add(head[1])
+    return linked
+
+
+def relation_specificity_probes(  # noqa: PLR0913, PLR0917 - tables and settings
+    edit_requests: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    rules: pd.DataFrame,
+    vocabulary: Vocabulary,
+    verbaliser: Verbaliser,
+    relations: Mapping[str, Mapping[str, Any]],
+    per_edit: int,
+    seed: int,
+) -> pd.DataFrame:
+    """``relation_specificity`` probes (RippleEdits' Relation Specificity): facts of
+    the edited subject under a relation the edit cannot change
+    (``changed_relations``), whose answer must stay. Drawn (seeded) from the
+    subject's factual KG facts whose relation a template words and that have one
+    value."""
+    factual = kg_triples[kg_triples["p"].map(vocabulary.is_factual).astype(bool)]
+    worded = factual[factual["p_local"].isin(list(verbaliser.templates))]
+    single = worded.groupby(["s", "p_local"])["o"].transform("nunique") == 1
+    facts = worded[single].drop_duplicates(["s", "p_local"])
+    by_subject = {s: rows for s, rows in facts.groupby("s")}
+    predicates = set(factual["p"])
+    rows = []
+    for edit in edit_requests.dropna(subset=["subject_uri"]).to_dict("records"):
+        changed = set().union(
+            *(
+                changed_relations(r, rules, vocabulary, predicates)
+                for r in edit_relations(edit["relation_id"], relations)
+            )
+        )
+        own = by_subject.get(edit["subject_uri"])
+        if own is None:
+            continue
+        candidates = own[~own["p_local"].isin(list(changed))]
+        rng = random.Random(f"{seed}|{edit['case_id']}")
+        picks = rng.sample(range(len(candidates)), min(per_edit, len(candidates)))
+        for fact in candidates.iloc[sorted(picks)].to_dict("records"):
+            _, cloze, _ = verbaliser.question(edit["subject"], [], fact["p_local"])
+            rows.append(
+                {
+                    "case_id": edit["case_id"],
+                    "source": edit["source"],
+                    "probe_type": "relation_specificity",
+                    "risk": edit["risk"],
+                    "subject": edit["subject"],
+                    "prompt": cloze,
+                    "question": None,
+                    "answer_old": fact["o_label"],
+                    "answer_new": fact["o_label"],
+                    "hops": 1,
+                    "fact_subject_uri": fact["s"],
+                    "fact_relation": fact["p_local"],
+                }
+            )
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def with_echoes(
+    probes: pd.DataFrame, edit_requests: pd.DataFrame, entity_aliases: pd.DataFrame
+) -> pd.DataFrame:
+    """``probes`` with ``echo``: the prompt names the edited subject or another name
+    of it (a whole-word match, any case), and the answer is the edit's new object
+    (its label or an alias of it). Passing an echo needs no reasoning: the edit's own
+    association answers it."""
+    names_of = entity_aliases.groupby("uri")["alias"].agg(list).to_dict()
+    edits = edit_requests.set_index("case_id")
+    new_aliases = probes[probes["probe_type"] == "direct"].set_index("case_id")[
+        "aliases_new"
+    ]
+    patterns, answers = {}, {}
+    for case, edit in edits.iterrows():
+        subject_uri = edit["subject_uri"]
+        names = [edit["subject"], *names_of.get(subject_uri, [])]
+        patterns[case] = re.compile(
+            # not inside a longer word; lookarounds, as a name may end in "."
+            "|".join(
+                rf"(?<!\w){re.escape(n)}(?!\w)" for n in dict.fromkeys(names) if n
+            ),
+            re.IGNORECASE,
+        )
+        aliases = new_aliases.get(case)
+        listed = json.loads(aliases) if isinstance(aliases, str) else []
+        answers[case] = {a.casefold() for a in [edit["target_new"], *listed]}
+    echo = [
+        case in patterns
+        and isinstance(answer, str)
+        and answer.casefold() in answers[case]
+        and bool(patterns[case].search(prompt))
+        for case, prompt, answer in zip(
+            probes["case_id"], probes["prompt"], probes["answer_new"], strict=True
+        )
+    ]
+    return probes.assign(echo=echo)
 
 
 def injection_probes(
@@ -299,6 +424,8 @@ def unify_probes(parts: list[pd.DataFrame]) -> pd.DataFrame:
     probes["probe_id"] = (
         probes["case_id"] + "/" + probes["probe_type"] + "/" + number.astype(str)
     )
+    # ``with_echoes`` sets it once the aliases are known
+    probes["echo"] = False
     return PROBES.validate(probes[COLUMNS])
 
 
@@ -316,15 +443,16 @@ def fact_keys(frame: pd.DataFrame, subject: str, relation: str) -> pd.DataFrame:
 
 def rewritten_facts(probes: pd.DataFrame, entailed_facts: pd.DataFrame) -> pd.DataFrame:
     """Every fact each edit changes in the edited world: ``case_id``, ``FACT_KEY``
-    and ``kind`` (``direct``: the edited fact; ``consequence``: a row of
+    and ``kind`` (``direct``: the edited fact; ``consequence``: an inductive row of
     ``entailed_facts``, whatever its status: a conflicting or contested consequence
-    is still a fact the edit puts in doubt)."""
+    is still a fact the edit puts in doubt). A deductive consequence changes no
+    stored fact: it is a question over the edited one and unchanged ones (its
+    inverse and symmetric readings state the edited fact itself)."""
     direct = fact_keys(probes[probes["probe_type"] == "direct"], *FACT_KEY).assign(
         kind="direct"
     )
-    consequences = fact_keys(entailed_facts, "subject_uri", "relation").assign(
-        kind="consequence"
-    )
+    inductive = entailed_facts[entailed_facts["tier"] == "inductive"]
+    consequences = fact_keys(inductive, *FACT_KEY).assign(kind="consequence")
     columns = ["case_id", *FACT_KEY, "kind"]
     return pd.concat(
         [direct[columns], consequences[columns]], ignore_index=True
@@ -427,11 +555,21 @@ def edits_per_risk(
 def first_cases_per_risk(
     cases: pd.DataFrame, n_edits: int | str | Mapping[str, int | str], where: str
 ) -> list[str]:
-    """The ids of the first cases of each risk (``edits_per_risk``), in the order of
-    ``cases`` (rows with ``case_id`` and ``risk``; a case may have several rows)."""
+    """The ids of the first cases of each risk (``edits_per_risk``), taken in turn
+    across the edited relations: the first case of each relation (in the order
+    ``cases`` first names them), then the second of each, and so on, so that a few
+    edits cover every relation the dataset edits. ``cases``: rows with ``case_id``,
+    ``risk`` and ``fact_relation`` (the direct probes; a case may have several rows;
+    a case without a relation, an injected claim, keeps its place in ``cases``);
+    the ids come in the order of ``cases``."""
     counts = edits_per_risk(n_edits, where)
-    first = cases.drop_duplicates("case_id")
-    rank = first.groupby("risk", sort=False).cumcount()
+    first = cases.drop_duplicates("case_id").reset_index(drop=True)
+    relation = first["fact_relation"].fillna("") if "fact_relation" in first else ""
+    turn = first.assign(relation=relation).groupby(["risk", "relation"]).cumcount()
+    order = first.assign(turn=turn, position=first.index).sort_values(
+        ["turn", "position"]
+    )
+    rank = order.groupby("risk", sort=False).cumcount().sort_index()
     # "all" as an unbounded count
     limit = first["risk"].map(
         {risk: float("inf") if n is None else n for risk, n in counts.items()}
@@ -447,7 +585,8 @@ def first_stored_edits(
 ) -> pd.DataFrame:
     """The ``manifest`` rows (stored edits) of each method's first ``n_edits`` cases
     of each risk (``edits_per_risk``), in the ``probes`` table's order of cases."""
-    direct = probes.loc[probes["probe_type"] == "direct", ["case_id", "risk"]]
+    columns = [c for c in ("case_id", "risk", "fact_relation") if c in probes]
+    direct = probes.loc[probes["probe_type"] == "direct", columns]
     kept = [
         rows[
             rows["case_id"].isin(
@@ -479,5 +618,6 @@ def edits_measured(edits: pd.DataFrame, probes: pd.DataFrame, parameter: str) ->
         parts.append(f"{method}: {shares}")
     return (
         f"Edits measured, per method and risk, of the dataset's (the first of each "
-        f"risk, `{parameter}`): {'; '.join(parts) or 'none'}."
+        f"risk, in turn across its relations, `{parameter}`): "
+        f"{'; '.join(parts) or 'none'}."
     )

@@ -133,6 +133,52 @@ class Verbaliser:
             source = "fallback"
         return _sentence_case(question), _sentence_case(cloze), source
 
+    def path_question(
+        self, start: str, chain: Sequence[tuple[str, str, str]]
+    ) -> tuple[str, str, str]:
+        """``(question, cloze, source)`` for a property path from ``start``, each step
+        worded, none named: ``[citizenship, capital]`` from Barack Obama gives "The
+        capital of the country of citizenship of Barack Obama is".
+
+        ``chain`` holds (relation, "out" | "in", label reached). A step walked
+        backward ("in") is worded by the template of ``^relation`` when there is one
+        (``phrase``: "the country whose capital is {subject}"; ``cloze``: "{subject}
+        is the capital of"), else as "the entity whose <noun> is ..." and
+        "... is the <noun> of".
+        """
+        phrase = start
+        for relation, direction, _ in chain[:-1]:
+            phrase = self.step_phrase(relation, direction == "in", phrase)
+        relation, direction, _ = chain[-1]
+        if direction == "in":
+            return self._converse_question(relation, phrase)
+        return self.question(phrase, [], relation)
+
+    def step_phrase(self, relation: str, backward: bool, subject: str) -> str:
+        """A noun phrase for the entity one step from ``subject``."""
+        key = f"^{relation}" if backward else relation
+        spec = self.templates.get(key, {})
+        if "phrase" in spec:
+            return spec["phrase"].format(subject=subject)
+        if backward:
+            self.wording_used[f"fallback:{key}"] += 1
+            return f"the entity whose {self.noun(relation)} is {subject}"
+        return f"the {self.noun(relation)} of {subject}"
+
+    def _converse_question(self, relation: str, subject: str) -> tuple[str, str, str]:
+        """The question and cloze of a step walked backward (``^relation``)."""
+        spec = self.templates.get(f"^{relation}", {})
+        if not spec:
+            self.wording_used[f"fallback:^{relation}"] += 1
+        fill = {"subject": subject, "noun": spec.get("noun") or self.noun(relation)}
+        question = spec.get("question", "Of what is {subject} the {noun}?")
+        cloze = spec.get("cloze", "{subject} is the {noun} of")
+        return (
+            _sentence_case(question.format(**fill)),
+            _sentence_case(cloze.format(**fill)),
+            "conf" if spec else "fallback",
+        )
+
 
 def _sentence_case(text: str) -> str:
     """Upper-case the first letter, as a subject phrase may open the sentence."""

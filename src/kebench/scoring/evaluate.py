@@ -28,7 +28,7 @@ from kebench.editing.runner import fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.qa.probes import FACT_KEY, fact_keys
-from kebench.schemas import PROBE_SCORES
+from kebench.schemas import PROBE_SCORES, UNCHANGED_TYPES
 from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
 from kebench.scoring.generation import (
     GenerationSettings,
@@ -185,7 +185,7 @@ def mello_matches(probes: pd.DataFrame, answers: Sequence[str | None]) -> list[f
     old one, which the edit must leave alone; 0 without a final answer."""
     matches = []
     for probe, answer in zip(probes.to_dict("records"), answers, strict=True):
-        side = "old" if probe["probe_type"] == "locality" else "new"
+        side = "old" if probe["probe_type"] in UNCHANGED_TYPES else "new"
         gold = probe[f"answer_{side}"]
         if answer is None or not isinstance(gold, str):
             matches.append(0.0 if answer is None else float("nan"))

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from kebench.models.loading import LoadedModel
-from kebench.schemas import GENERATIONS
+from kebench.schemas import GENERATIONS, UNCHANGED_TYPES
 from kebench.scoring.logprobs import (
     length_batches,
     pad_batch,
@@ -199,7 +199,7 @@ def wild_scores(
     ):
         if not isinstance(edit, str):
             rows.append((float("nan"), float("nan")))
-        elif probe["probe_type"] == "locality":
+        elif probe["probe_type"] in UNCHANGED_TYPES:
             kept = base if isinstance(base, str) else ""
             rows.append((exact_match(edit, kept), token_f1(edit, kept)))
         else:
@@ -215,7 +215,7 @@ def generation_table(probe_scores: pd.DataFrame, probes: pd.DataFrame) -> pd.Dat
     done = probe_scores.dropna(subset=["edit_wild_text"])
     asked = probes.set_index("probe_id")[["prompt", "question", "answer_new"]]
     table = done.join(asked, on="probe_id")
-    local = table["probe_type"] == "locality"
+    local = table["probe_type"].isin(list(UNCHANGED_TYPES))
     table = table.assign(
         expected=table["answer_new"].where(~local, table["base_wild_text"]),
         generation=table["edit_wild_text"],

@@ -20,7 +20,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from kebench.qa.llm_questions import CachedChat, LlmError
-from kebench.schemas import JUDGEMENTS
+from kebench.schemas import JUDGEMENTS, UNCHANGED_TYPES
 from kebench.scoring.generation import alias_list
 
 _VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
@@ -89,13 +89,13 @@ def judgement_table(
     for row in tqdm(generations.to_dict("records"), desc="judging", unit="answer"):
         accepted = (
             alias_list(aliases.get(row["probe_id"]))
-            if row["probe_type"] != "locality"
+            if row["probe_type"] not in UNCHANGED_TYPES
             else []
         )
         expected = row["expected"] if isinstance(row["expected"], str) else ""
         question = row["question"] if isinstance(row["question"], str) else None
         if (
-            row["probe_type"] == "locality"
+            row["probe_type"] in UNCHANGED_TYPES
             and row["generation"].strip() == expected.strip()
         ):
             result = Judgement(1.0)  # the base model's very answer: nothing to judge

@@ -27,12 +27,23 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from kebench.schemas import UNCHANGED_TYPES
+
 GROUP = ["model", "method", "risk", "probe_type"]
+# what the probes table says of each probe beyond its type, which the Consistency
+# subsets read (``with_roles`` joins them onto scores)
+PROBE_ROLES = ["tier", "kind", "echo"]
+
+
+def with_roles(scores: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
+    """``scores`` (rows with ``probe_id``) with each probe's ``PROBE_ROLES``."""
+    roles = probes.set_index("probe_id")[PROBE_ROLES]
+    return scores.drop(columns=PROBE_ROLES, errors="ignore").join(roles, on="probe_id")
 
 
 def probe_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
@@ -42,7 +53,9 @@ def probe_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
     probes; eq. 2's summand on entailed ones); ``efficacy`` is CounterFact's
     1[P_L*(o'|q) > P_L*(o|q)]; ``token_acc`` is the share of new-answer tokens the
     edited model's argmax reproduces; ``argmax_agree`` says whether the edited model
-    still predicts every old-answer token as the base model did.
+    still predicts every old-answer token as the base model did; ``edit_gain``, for a
+    probe without an old answer only, is 1[P_L*(o'|q) > P_L(o'|q)] (protocol
+    ``prob_gain``: weaker than EditSucc, never mixed with it).
     """
     outcomes = scores.copy()
     has_old = outcomes["lp_base_old"].notna()
@@ -56,6 +69,11 @@ def probe_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
     outcomes["argmax_agree"] = (
         outcomes["edit_old_argmax"] == outcomes["base_old_argmax"]
     ).where(has_old)
+    # a probe with no old answer (a deductive consequence the old world does not
+    # state, "Sydney is the capital of"): did the edit raise the new answer?
+    outcomes["edit_gain"] = (outcomes["lp_edit_new"] > outcomes["lp_base_new"]).where(
+        ~has_old
+    )
     return outcomes
 
 
@@ -125,28 +143,71 @@ def _metric_rows(
     return rows
 
 
-def per_edit_consistency(outcomes: pd.DataFrame) -> pd.DataFrame:
-    """Consistency (eq. 2) of each edit: the mean indicator over its entailed probes,
-    next to the edit's EditSucc (eq. 1, its direct probes)."""
+# The entailed probes a Consistency counts, by name. ``deductive`` is the headline's:
+# compositions (each walks the edit and at least one unchanged KG fact) that are no
+# echo of the edit. Each tier is never mixed with the other; the other subsets are
+# its parts and controls, each in a number of its own.
+ENTAILED_SUBSETS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
+    "deductive": lambda o: (
+        (o["tier"] == "deductive") & (o["kind"] == "composition") & ~o["echo"]
+    ),
+    "deductive_tier": lambda o: o["tier"] == "deductive",
+    "deductive_tier_no_echo": lambda o: (o["tier"] == "deductive") & ~o["echo"],
+    "inductive": lambda o: o["tier"] == "inductive",
+    "inductive_no_echo": lambda o: (o["tier"] == "inductive") & ~o["echo"],
+    "alias": lambda o: o["kind"] == "subject_alias",
+    "inverse": lambda o: o["kind"].isin(["inverse", "symmetric"]),
+    "axiom": lambda o: o["kind"] == "axiom",
+    "echo": lambda o: (o["tier"] != "dataset") & o["echo"],
+    "dataset": lambda o: o["tier"] == "dataset",
+}
+# the subsets that get every form (wild, known premises) besides prob
+MAIN_SUBSETS = ("deductive", "inductive")
+
+
+def entailed_subset(outcomes: pd.DataFrame, subset: str) -> pd.DataFrame:
+    """The entailed probes of ``outcomes`` in ``subset`` (``ENTAILED_SUBSETS``)."""
+    entailed = outcomes[outcomes["probe_type"] == "entailed"]
+    if entailed.empty:
+        return entailed
+    return entailed[ENTAILED_SUBSETS[subset](entailed).fillna(False).astype(bool)]
+
+
+def per_edit_consistency(
+    outcomes: pd.DataFrame, subset: str = "deductive", column: str = "edit_succ"
+) -> pd.DataFrame:
+    """Consistency (eq. 2) of each edit over its entailed probes of ``subset``: the
+    mean of ``column`` (``edit_succ``; ``wild_em`` for the generated form), next to
+    the same of the edit's direct probes (EditSucc, eq. 1)."""
     keys = ["model", "method", "risk", "case_id"]
-    direct = (
-        outcomes[outcomes["probe_type"] == "direct"].groupby(keys)["edit_succ"].mean()
-    )
-    entailed = outcomes[outcomes["probe_type"] == "entailed"].groupby(keys)["edit_succ"]
+    direct = outcomes[outcomes["probe_type"] == "direct"].groupby(keys)[column].mean()
+    entailed = entailed_subset(outcomes, subset).dropna(subset=[column])
+    grouped = entailed.groupby(keys)[column]
     table = pd.DataFrame(
         {
             "edit_succ": direct,
-            "consistency": entailed.mean(),
-            "n_entailed": entailed.size(),
+            "consistency": grouped.mean(),
+            "n_entailed": grouped.size(),
         }
     )
     return table.dropna(subset=["edit_succ"]).reset_index()
 
 
-def gap_rows(outcomes: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> list[dict]:
-    """EditSucc − Consistency per (model, method, risk), paired over the edits that have
-    entailed probes, with a bootstrap CI over edits and the number of probes."""
-    per_edit = per_edit_consistency(outcomes).dropna(subset=["consistency"])
+def gap_rows(  # noqa: PLR0913 - the gap's form, keyword-only
+    outcomes: pd.DataFrame,
+    seed: int = 0,
+    n_boot: int = 2000,
+    *,
+    subset: str = "deductive",
+    column: str = "edit_succ",
+    tags: tuple[str, str] = ("gap_deductive", "prob"),
+) -> list[dict]:
+    """EditSucc − Consistency of ``subset`` per (model, method, risk), paired over the
+    edits that have such probes, with a bootstrap CI over edits and the number of
+    probes; ``column`` and ``tags`` (metric name, protocol) choose the form."""
+    per_edit = per_edit_consistency(outcomes, subset, column).dropna(
+        subset=["consistency"]
+    )
     rows = []
     for (model, method, risk), part in per_edit.groupby(["model", "method", "risk"]):
         gaps = (part["edit_succ"] - part["consistency"]).to_numpy(dtype=float)
@@ -157,8 +218,8 @@ def gap_rows(outcomes: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> list[
                 "method": method,
                 "risk": risk,
                 "probe_type": "direct-entailed",
-                "metric": "gap",
-                "protocol": "prob",
+                "metric": tags[0],
+                "protocol": tags[1],
                 "value": float(gaps.mean()),
                 "ci_low": low,
                 "ci_high": high,
@@ -166,6 +227,61 @@ def gap_rows(outcomes: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> list[
                 "n_edits": len(part),
             }
         )
+    return rows
+
+
+def paired_edit_succ_rows(
+    outcomes: pd.DataFrame, seed: int, subset: str, column: str, protocol: str
+) -> list[dict]:
+    """EditSucc (the mean of ``column`` over direct probes) of the very edits a
+    subset's gap pairs over, so that the two numbers of the gap stand side by side."""
+    per_edit = per_edit_consistency(outcomes, subset, column).dropna(
+        subset=["consistency"]
+    )
+    per_edit = per_edit.assign(probe_type="direct")
+    metric = f"{'edit_succ' if column == 'edit_succ' else column}_paired_{subset}"
+    return _metric_rows(per_edit, "edit_succ", metric, protocol, seed)
+
+
+def consistency_rows(
+    outcomes: pd.DataFrame, seed: int, known: pd.Series | None = None
+) -> list[dict]:
+    """Every Consistency of ``ENTAILED_SUBSETS`` with its gap (protocol ``prob``),
+    the main subsets' generated forms (``wild``: ``wild_consistency_*``,
+    ``wild_gap_*``, paired EditSucc) and, with ``known``, their known-premise
+    forms; and the deductive probes that have no old answer, under their own
+    protocol (``prob_gain``)."""
+    rows = []
+    for subset in ENTAILED_SUBSETS:
+        per_edit = per_edit_consistency(outcomes, subset).assign(probe_type="entailed")
+        rows += _metric_rows(
+            per_edit, "consistency", f"consistency_{subset}", "prob", seed
+        )
+        rows += gap_rows(outcomes, seed, subset=subset, tags=(f"gap_{subset}", "prob"))
+    for subset in MAIN_SUBSETS:
+        rows += paired_edit_succ_rows(outcomes, seed, subset, "edit_succ", "prob")
+        if "wild_em" in outcomes:
+            per_edit = per_edit_consistency(outcomes, subset, "wild_em").assign(
+                probe_type="entailed"
+            )
+            rows += _metric_rows(
+                per_edit, "consistency", f"wild_consistency_{subset}", "wild", seed
+            )
+            rows += gap_rows(
+                outcomes,
+                seed,
+                subset=subset,
+                column="wild_em",
+                tags=(f"wild_gap_{subset}", "wild"),
+            )
+            rows += paired_edit_succ_rows(outcomes, seed, subset, "wild_em", "wild")
+        if known is not None:
+            rows += known_premise_rows(outcomes, known, seed, subset)
+    no_old = entailed_subset(outcomes, "deductive_tier")
+    no_old = no_old[no_old["edit_gain"].notna()]
+    rows += _metric_rows(
+        no_old, "edit_gain", "consistency_deductive_no_old_answer", "prob_gain", seed
+    )
     return rows
 
 
@@ -206,9 +322,18 @@ def failed_outcomes(
         probes: the ``probes`` table.
         failed_edits: ``model, method, case_id`` of each failed edit.
     """
-    columns = ["case_id", "probe_id", "probe_type", "risk", "source", "answer_old"]
+    columns = [
+        "case_id",
+        "probe_id",
+        "probe_type",
+        "risk",
+        "source",
+        "answer_old",
+        *PROBE_ROLES,
+    ]
     rows = failed_edits[["model", "method", "case_id"]].merge(
-        probes.loc[probes["probe_type"] != "locality", columns], on="case_id"
+        probes.loc[~probes["probe_type"].isin(list(UNCHANGED_TYPES)), columns],
+        on="case_id",
     )
     has_old = rows.pop("answer_old").notna()
     zero = pd.Series(0.0, index=rows.index)
@@ -217,6 +342,7 @@ def failed_outcomes(
     return rows.assign(
         edit_succ=zero.where(has_old),
         efficacy=zero.where(has_old),
+        edit_gain=zero.where(~has_old & (rows["probe_type"] == "entailed")),
         token_acc=zero,
         gen_em=zero.where(generated),
         gen_f1=zero.where(generated),
@@ -227,23 +353,37 @@ def failed_outcomes(
 
 
 def known_premise_rows(
-    outcomes: pd.DataFrame, known: pd.Series, seed: int
+    outcomes: pd.DataFrame, known: pd.Series, seed: int, subset: str = "deductive"
 ) -> list[dict]:
     """EditSucc over the edits whose original fact the base model knows
-    (``edit_succ_known``), and Consistency over the entailed probes whose premises it
-    knows (``consistency_known``); ``known``: probe id -> bool
-    (``kebench.scoring.premises.known_probes``)."""
+    (``edit_succ_known_gen``), and Consistency over the entailed probes of
+    ``subset`` whose premises it knows (``consistency_<subset>_known_gen``);
+    ``known``: probe id -> bool (``kebench.scoring.premises.known_probes``: the base
+    model generates each premise's answer, hence ``_gen``)."""
     # a probe that is not judged (NA) is not known
     flag = outcomes["probe_id"].map(known).fillna(False).astype(bool)
     is_direct = outcomes["probe_type"] == "direct"
-    rows = _metric_rows(
-        outcomes[is_direct & flag], "edit_succ", "edit_succ_known", "prob", seed
-    )
+    rows = []
+    if subset == MAIN_SUBSETS[0]:
+        rows += _metric_rows(
+            outcomes[is_direct & flag], "edit_succ", "edit_succ_known_gen", "prob", seed
+        )
     # the edit's EditSucc pairs with its known entailed probes, as in eq. 2's table
     kept = outcomes[is_direct | ((outcomes["probe_type"] == "entailed") & flag)]
-    per_edit = per_edit_consistency(kept).assign(probe_type="entailed")
-    rows += _metric_rows(per_edit, "consistency", "consistency_known", "prob", seed)
+    per_edit = per_edit_consistency(kept, subset).assign(probe_type="entailed")
+    rows += _metric_rows(
+        per_edit, "consistency", f"consistency_{subset}_known_gen", "prob", seed
+    )
     return rows
+
+
+def by_tier(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """``outcomes`` with each entailed probe's type named by its tier
+    (``entailed_deductive``, ``entailed_inductive``, ``entailed_dataset``), so that no
+    per-type number mixes the tiers."""
+    entailed = outcomes["probe_type"] == "entailed"
+    named = "entailed_" + outcomes["tier"].fillna("dataset").astype(str)
+    return outcomes.assign(probe_type=outcomes["probe_type"].where(~entailed, named))
 
 
 def _population_rows(
@@ -259,17 +399,14 @@ def _population_rows(
         "efficacy": ("counterfact_efficacy", "prob"),
         "token_acc": ("token_accuracy", "token"),
     }
-    scored = outcomes[outcomes["probe_type"] != "locality"]
+    tiered = by_tier(outcomes)
+    scored = tiered[~tiered["probe_type"].isin(list(UNCHANGED_TYPES))]
+    unchanged = tiered[tiered["probe_type"].isin(list(UNCHANGED_TYPES))]
     for column, (metric, protocol) in by_type.items():
         rows += _metric_rows(scored, column, metric, protocol, seed)
-    if locality:
-        local = outcomes[outcomes["probe_type"] == "locality"]
-        rows += _metric_rows(local, "argmax_agree", "locality", "argmax", seed)
-    per_edit = per_edit_consistency(outcomes).assign(probe_type="entailed")
-    rows += _metric_rows(per_edit, "consistency", "consistency", "prob", seed)
-    if "gen_em" in outcomes:
-        rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
-        rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
+    # an unchanged probe's measure is named after its type: locality (other
+    # subjects) and relation_specificity (the edited subject, another relation)
+    forms = [("argmax_agree", "", "argmax")]
     if "mello_em" in outcomes:
         rows += _metric_rows(scored, "mello_em", "mello_em", "mello", seed)
         # MQuAKE's multi-hop accuracy: an edit counts once, right when any of its
@@ -277,28 +414,29 @@ def _population_rows(
         answered = scored.dropna(subset=["mello_em"])
         per_case = answered.groupby([*GROUP, "case_id"], as_index=False)["mello_em"]
         rows += _metric_rows(per_case.max(), "mello_em", "mello_case_em", "mello", seed)
-        if locality:
-            local = outcomes[outcomes["probe_type"] == "locality"]
-            rows += _metric_rows(local, "mello_em", "mello_locality", "mello", seed)
+        forms.append(("mello_em", "mello_", "mello"))
+    if "gen_em" in outcomes:
+        rows += _metric_rows(scored, "gen_em", "exact_match", "gen", seed)
+        rows += _metric_rows(scored, "gen_f1", "f1", "gen", seed)
     if "wild_em" in outcomes:
         # names of their own: a metric's MLflow key has no protocol in it
         rows += _metric_rows(scored, "wild_em", "wild_em", "wild", seed)
         rows += _metric_rows(scored, "bke_f1", "bke_f1", "bke_f1", seed)
         rows += protocol_gap_rows(scored, seed)
-        if locality:
-            local = outcomes[outcomes["probe_type"] == "locality"]
-            rows += _metric_rows(local, "wild_em", "wild_locality", "wild", seed)
+        forms.append(("wild_em", "wild_", "wild"))
     if "judge" in outcomes:
         rows += _metric_rows(scored, "judge", "judge_correct", "judge", seed)
         rows += protocol_gap_rows(
             scored, seed, "judge", ("judge_gap", "token_vs_judge")
         )
-        if locality:
-            local = outcomes[outcomes["probe_type"] == "locality"]
-            rows += _metric_rows(local, "judge", "judge_locality", "judge", seed)
-    rows += gap_rows(outcomes, seed)
-    if known is not None:
-        rows += known_premise_rows(outcomes, known, seed)
+        forms.append(("judge", "judge_", "judge"))
+    if locality:
+        for probe_type, part in unchanged.groupby("probe_type"):
+            for column, prefix, protocol in forms:
+                rows += _metric_rows(
+                    part, column, f"{prefix}{probe_type}", protocol, seed
+                )
+    rows += consistency_rows(outcomes, seed, known)
     return rows
 
 

@@ -35,13 +35,13 @@ from matplotlib.figure import Figure
 
 from kebench.editing.delta import Delta
 from kebench.models.loading import LoadedModel
-from kebench.schemas import MITIGATION_OVERLAPS, PROBE_SCORES
+from kebench.schemas import MITIGATION_HELD_OUT, PROBE_SCORES
 from kebench.scoring.evaluate import ScoringSettings, edited_scores, probe_score_rows
 from kebench.scoring.metrics import bootstrap_ci, probe_outcomes
 
 EDIT_KEYS = ["model", "method", "risk", "case_id"]
 # the held-out sets gap closure is reported on; the first, ``disjoint``, is the headline
-HELD_OUT = MITIGATION_OVERLAPS
+HELD_OUT = MITIGATION_HELD_OUT
 COUNTS = [*(f"n_{held}" for held in HELD_OUT), "n_rewritten"]
 
 
@@ -101,10 +101,11 @@ def edit_measures(scores: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
     probes, locality, and the probe counts, from ``probe_scores`` rows (one model state
     per method) and the probes' ``MITIGATION_PROBES`` roles."""
     outcomes = probe_outcomes(scores).merge(
-        roles[["probe_id", "role", "overlap"]], on="probe_id", how="left"
+        roles[["probe_id", "role", "tier", "overlap"]], on="probe_id", how="left"
     )
-    # a held-out probe counts in its overlap set; any other role replaces the type
-    kind = outcomes["overlap"].where(
+    # a held-out probe counts in its tier's overlap set; any other role replaces the
+    # type
+    kind = (outcomes["tier"] + "_" + outcomes["overlap"]).where(
         outcomes["role"] == "held_out",
         outcomes["role"].fillna(outcomes["probe_type"]),
     )

@@ -89,13 +89,14 @@ def _closure_cell(row: Any) -> str:
 
 
 def _dropped_lines(roles: pd.DataFrame) -> list[str]:
-    held = roles[roles["role"] == "held_out"]["overlap"].value_counts()
+    held_rows = roles[roles["role"] == "held_out"]
+    held = (held_rows["tier"] + "_" + held_rows["overlap"]).value_counts()
     dropped = roles["role"].value_counts()
+    counts = ", ".join(f"{held.get(h, 0)} {h}" for h in HELD_OUT)
     return [
         "",
-        f"Held-out probes: {held.get('disjoint', 0)} disjoint, "
-        f"{held.get('shared', 0)} shared (a relation or a new answer of an extra edit "
-        f"of the case); dropped: {dropped.get('leak', 0)} held-out probes whose "
+        f"Held-out probes: {counts} (shared: a relation or a new answer of an extra "
+        f"edit of the case); dropped: {dropped.get('leak', 0)} held-out probes whose "
         f"consequence an extra edit states (leak), {dropped.get('rewritten', 0)} "
         "locality probes whose fact an extra edit rewrites.",
     ]
@@ -113,8 +114,12 @@ def mitigation_markdown(
     (``kebench.qa.probes.edits_measured``)."""
     lines = ["# kebench mitigation", "", edits, "", "## Rule-guided propagation", ""]
     lines += [
-        f"Gap closure per held-out set; the headline is `{HELD_OUT[0]}` (held-out "
-        "probes that share neither the relation nor the new answer of an extra edit).",
+        f"Gap closure per tier and held-out set; the headline is `{HELD_OUT[0]}` "
+        "(deductive consequences held out of the propagation that share neither the "
+        "relation nor the new answer of an extra edit). The extra edits come from the "
+        "tiers `mitigation.propagation.tiers` names (deductive by default: what logic "
+        "forces); a tier not propagated has every probe held out, and its rows say "
+        "what the other tier's extra edits did to it.",
         "",
         "| method | held-out set | edits | held-out probes | EditSucc | "
         "Consistency (original) | Consistency (mitigated) | gap closure [95% CI] | "

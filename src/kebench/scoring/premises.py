@@ -1,59 +1,47 @@
 """Known premises: which probes the base model could pass from what it knows.
 
-A premise (``kebench.qa.premises``) is *known* when the base model prefers the KG's
-answer over every candidate answer of the same relation: log P(answer | cloze) summed
-over its tokens (the joint probability, as EditSucc) is above the best candidate's. A
-premise whose relation has no other answer in the KG has nothing to beat and counts as
-known. An entailed probe's premises are known when all are (a probe that rests on the
-edit alone has none); a direct probe's premise is the edit's original fact.
+A premise (``kebench.qa.premises``) is *known* when the base model, asked its cloze,
+generates the KG's answer greedily: the SQuAD-normalised exact match of the answer, or
+of one of the KG's other names of it (``wild_match``), with the first stop string
+cutting the generation, as in protocol ``wild``. An entailed probe's premises are known
+when all are (a probe that rests on the edit alone has none); a direct probe's premise
+is the edit's original fact.
 """
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 
 from kebench.models.loading import LoadedModel
 from kebench.schemas import PREMISE_KNOWLEDGE
-from kebench.scoring.logprobs import score_answers
+from kebench.scoring.generation import (
+    GenerationSettings,
+    generate_answers,
+    wild_match,
+)
 from kebench.scoring.metrics import bootstrap_ci
 
-KEYS = ["prompt", "answer", "candidates"]
+KEYS = ["prompt", "answer", "aliases"]
 
 
 def premise_knowledge(
-    lm: LoadedModel, premise_probes: pd.DataFrame, model: str, batch_size: int = 16
+    lm: LoadedModel,
+    premise_probes: pd.DataFrame,
+    model: str,
+    settings: GenerationSettings,
 ) -> pd.DataFrame:
-    """Score each distinct premise once on the base model; one row per probe premise."""
+    """Ask the base model each distinct premise once; one row per probe premise."""
     distinct = premise_probes.drop_duplicates(KEYS)[KEYS].reset_index(drop=True)
-    candidates = [json.loads(c) for c in distinct["candidates"]]
-    prompts, answers = [], []
-    for prompt, answer, others in zip(
-        distinct["prompt"], distinct["answer"], candidates, strict=True
-    ):
-        prompts += [prompt] * (1 + len(others))
-        answers += [answer, *others]
-    # one call: a premise's answer and candidates share its prompt's forward pass
-    scored = iter(
-        score_answers(lm.model, lm.tokenizer, prompts, answers, batch_size=batch_size)
-    )
-    rows = []
-    for others in candidates:
-        lp_answer = next(scored).logprob
-        lps = [next(scored).logprob for _ in others]
-        best = int(np.argmax(lps)) if lps else None
-        rows.append(
-            {
-                "lp_answer": lp_answer,
-                "best_candidate": others[best] if best is not None else None,
-                "lp_best_candidate": lps[best] if best is not None else None,
-                "n_candidates": len(others),
-                "known": best is None or lp_answer > lps[best],
-            }
+    answers = generate_answers(lm, list(distinct["prompt"]), settings)
+    known = [
+        bool(wild_match(generated.text, answer, json.loads(aliases)))
+        for generated, answer, aliases in zip(
+            answers, distinct["answer"], distinct["aliases"], strict=True
         )
-    scores = pd.concat([distinct, pd.DataFrame(rows)], axis=1)
+    ]
+    scores = distinct.assign(generation=[a.text for a in answers], known=known)
     knowledge = premise_probes.merge(scores, on=KEYS, how="left").assign(model=model)
     return PREMISE_KNOWLEDGE.validate(knowledge[list(PREMISE_KNOWLEDGE.columns)])
 

@@ -7,28 +7,103 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-HEADLINE = [
-    ("direct", "edit_succ", "EditSucc (direct)"),
-    ("entailed", "consistency", "Consistency (entailed)"),
-    ("direct-entailed", "gap", "Gap"),
-    ("locality", "locality", "Locality"),
-    # the same over what the base model knows (docs/evaluation.md, known premises)
-    ("direct", "edit_succ_known", "EditSucc (known fact)"),
-    ("entailed", "consistency_known", "Consistency (known premises)"),
-]
-
-
-# the headline's numbers are teacher-forced (the generated ones: ``protocol_table``)
-HEADLINE_PROTOCOLS = ("prob", "argmax")
+# The headline: per (model, method, risk) and protocol, each column a
+# (probe_type, metric) of ``metrics``. ``prob`` rows compare probabilities
+# (locality and relation specificity: the argmax before and after the edit); ``wild``
+# rows score free generations. The deductive columns count only compositions that
+# are no echo of the edit (kebench.scoring.metrics.ENTAILED_SUBSETS).
+HEADLINE_FORMS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "prob": {
+        "EditSucc": ("direct", "edit_succ", "prob"),
+        "Paraphrase": ("paraphrase", "edit_succ", "prob"),
+        "EditSucc (paired)": ("direct", "edit_succ_paired_deductive", "prob"),
+        "Deductive Consistency": ("entailed", "consistency_deductive", "prob"),
+        "Deductive gap": ("direct-entailed", "gap_deductive", "prob"),
+        "Inductive Consistency (paper)": ("entailed", "consistency_inductive", "prob"),
+        "Inductive gap": ("direct-entailed", "gap_inductive", "prob"),
+        "Relation specificity": (
+            "relation_specificity",
+            "relation_specificity",
+            "argmax",
+        ),
+        "Locality": ("locality", "locality", "argmax"),
+    },
+    "wild": {
+        "EditSucc": ("direct", "wild_em", "wild"),
+        "Paraphrase": ("paraphrase", "wild_em", "wild"),
+        "EditSucc (paired)": ("direct", "wild_em_paired_deductive", "wild"),
+        "Deductive Consistency": ("entailed", "wild_consistency_deductive", "wild"),
+        "Deductive gap": ("direct-entailed", "wild_gap_deductive", "wild"),
+        "Inductive Consistency (paper)": (
+            "entailed",
+            "wild_consistency_inductive",
+            "wild",
+        ),
+        "Inductive gap": ("direct-entailed", "wild_gap_inductive", "wild"),
+        "Relation specificity": (
+            "relation_specificity",
+            "wild_relation_specificity",
+            "wild",
+        ),
+        "Locality": ("locality", "wild_locality", "wild"),
+    },
+}
+HEADLINE_LABELS = list(HEADLINE_FORMS["prob"])
+# measured on the edits that succeeded only (a failed edit leaves the model as it was)
+UNCHANGED_LABELS = ("Relation specificity", "Locality")
+# Beside the headline: the deductive tier's other kinds, the echoes, the tiers with
+# and without them, the known-premise forms, and the probes with no old answer.
+DETAIL_COLUMNS = {
+    "Alias": ("entailed", "consistency_alias", "prob"),
+    "Inverse/symmetric": ("entailed", "consistency_inverse", "prob"),
+    "Axiom rules": ("entailed", "consistency_axiom", "prob"),
+    "Echoes": ("entailed", "consistency_echo", "prob"),
+    "Deductive tier": ("entailed", "consistency_deductive_tier", "prob"),
+    "Deductive tier, no echo": (
+        "entailed",
+        "consistency_deductive_tier_no_echo",
+        "prob",
+    ),
+    "Inductive, no echo": ("entailed", "consistency_inductive_no_echo", "prob"),
+    "EditSucc (known fact)": ("direct", "edit_succ_known_gen", "prob"),
+    "Deductive (known premises)": (
+        "entailed",
+        "consistency_deductive_known_gen",
+        "prob",
+    ),
+    "Inductive (known premises)": (
+        "entailed",
+        "consistency_inductive_known_gen",
+        "prob",
+    ),
+    "Deductive, no old answer": (
+        "entailed",
+        "consistency_deductive_no_old_answer",
+        "prob_gain",
+    ),
+}
 
 # What the floor's numbers mean, for a reader who takes its EditSucc for a success.
 UNEDITED_TEXT = (
     "`unedited` is the floor, the base model scored as if it were edited: its "
     "EditSucc (protocol `prob`) is the share of direct probes whose new answer the "
-    "base model already prefers to the old one, and its Consistency and gap are the "
-    "same base rates for the entailed probes, not edits that worked. An edit whose "
-    "consequences all follow has a gap of 0 whatever the floor: read a method's "
-    "EditSucc and Consistency against the floor's, and its gap against 0."
+    "base model already prefers to the old one, and its Consistency and gaps are the "
+    "same base rates for the entailed probes, not edits that worked; its locality "
+    "and relation specificity are 100, and its `prob_gain` on probes with no old "
+    "answer 0, by construction (the model is its own reference). An edit whose consequences all follow has a gap of 0 whatever the "
+    "floor: read a method's EditSucc and Consistency against the floor's, and its "
+    "gap against 0."
+)
+
+TIER_TEXT = (
+    "Deductive Consistency counts the consequences a perfect reasoner must draw from "
+    "the edit, the unchanged KG facts and the vocabulary's axioms: compositions that "
+    "walk the edit and at least one unchanged KG fact, and that are no echo (an echo "
+    "names the edited subject and expects the edit's own new object). Inductive "
+    "Consistency is the paper's measure: consequences of mined rules the axioms do "
+    'not entail (correlations such as "spouses share a citizenship"), never a '
+    "measure of logical consistency. EditSucc (paired) is EditSucc on the edits the "
+    "deductive gap pairs over."
 )
 
 POPULATION_TEXT = {
@@ -38,37 +113,112 @@ POPULATION_TEXT = {
 }
 
 
+def _select(
+    metrics: pd.DataFrame, spec: tuple[str, str, str], population: str
+) -> pd.DataFrame:
+    probe_type, metric, protocol = spec
+    return metrics[
+        (metrics["probe_type"] == probe_type)
+        & (metrics["metric"] == metric)
+        & (metrics["protocol"] == protocol)
+        & (metrics["population"] == population)
+    ]
+
+
 def headline_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
-    """Direct vs entailed per (model, method, risk), as in the paper, with CIs and n,
-    in one population (``itt`` or ``ok_edits``; locality is always ``ok_edits``)."""
+    """One row per (model, method, risk, protocol: ``prob`` and ``wild``):
+    EditSucc, paraphrase, EditSucc on the paired edits, the deductive Consistency
+    and gap, the inductive (the paper's) Consistency and gap, relation specificity
+    and locality, each with its CI, n of probes and n of edits, in one population
+    (``itt`` or ``ok_edits``; relation specificity and locality are always
+    ``ok_edits``)."""
     if population not in POPULATION_TEXT:
         raise ValueError(
             f"unknown headline population {population!r}; use one of "
             f"{sorted(POPULATION_TEXT)}"
         )
-    parts = []
-    for probe_type, metric, label in HEADLINE:
-        form = "ok_edits" if metric == "locality" else population
-        part = metrics[
-            (metrics["probe_type"] == probe_type)
-            & (metrics["metric"] == metric)
-            & (metrics["population"] == form)
-            & metrics["protocol"].isin(HEADLINE_PROTOCOLS)
+    tables = []
+    for protocol, columns in HEADLINE_FORMS.items():
+        parts = [
+            (
+                _select(
+                    metrics,
+                    spec,
+                    "ok_edits" if label in UNCHANGED_LABELS else population,
+                ),
+                label,
+            )
+            for label, spec in columns.items()
         ]
-        parts.append((part, label))
-    return _side_by_side(parts).assign(population=population)
+        tables.append(_side_by_side(parts).assign(protocol=protocol))
+    table = pd.concat(tables, ignore_index=True)
+    # rows present in one form only (a run without free generation) keep their cells
+    table = table.dropna(subset=HEADLINE_LABELS, how="all")
+    return table.sort_values(
+        ["model", "method", "risk", "protocol"], ignore_index=True
+    ).assign(population=population)
+
+
+def detail_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
+    """Per (model, method, risk): the columns of ``DETAIL_COLUMNS``."""
+    parts = [
+        (_select(metrics, spec, population), label)
+        for label, spec in DETAIL_COLUMNS.items()
+    ]
+    return _side_by_side(parts)
+
+
+def echo_shares(probes: pd.DataFrame) -> str:
+    """One sentence: the share of each tier's entailed probes that are echoes."""
+    entailed = probes[probes["probe_type"] == "entailed"]
+    parts = []
+    for tier, rows in entailed.groupby("tier"):
+        echoes = int(rows["echo"].sum())
+        parts.append(
+            f"{tier} {echoes} of {len(rows)} ({100 * echoes / len(rows):.1f} %)"
+        )
+    return (
+        "Echoes among the evaluated edits' entailed probes (the prompt names the "
+        "edited subject or another name of it, the answer is the edit's new object): "
+        + ("; ".join(parts) or "none")
+        + "."
+    )
+
+
+def sign_disagreements(headline: pd.DataFrame) -> list[str]:
+    """One sentence per (model, method, risk) and gap whose sign differs between the
+    ``prob`` and ``wild`` forms (each named, with both values)."""
+    sentences = []
+    keys = ["model", "method", "risk"]
+    forms = {p: rows.set_index(keys) for p, rows in headline.groupby("protocol")}
+    if not {"prob", "wild"} <= set(forms):
+        return sentences
+    both = forms["prob"].join(forms["wild"], rsuffix=" wild", how="inner")
+    for key, row in both.iterrows():
+        for gap in ("Deductive gap", "Inductive gap"):
+            prob, wild = row.get(gap), row.get(f"{gap} wild")
+            if pd.notna(prob) and pd.notna(wild) and (prob > 0) != (wild > 0):
+                sentences.append(
+                    f"{' / '.join(map(str, key))}: the {gap.lower()} is "
+                    f"{100 * prob:+.1f} under `prob` but {100 * wild:+.1f} under "
+                    "`wild`: the two protocols disagree in sign, so neither alone "
+                    "says whether the consequences lag the edit."
+                )
+    return sentences
 
 
 def _side_by_side(parts: list[tuple[pd.DataFrame, str]]) -> pd.DataFrame:
-    """One row per (model, method, risk): each part's value, CI and n under its
-    label."""
+    """One row per (model, method, risk): each part's value, CI, n of probes and n
+    of edits under its label."""
     keys = ["model", "method", "risk"]
-    table = None
+    frames = []
     for rows, label in parts:
-        part = rows.set_index(keys)[["value", "ci_low", "ci_high", "n"]]
-        part.columns = [f"{label} {c}" if c != "value" else label for c in part.columns]
-        table = part if table is None else table.join(part, how="outer")
-    return table.reset_index()
+        part = rows.set_index(keys).reindex(
+            columns=["value", "ci_low", "ci_high", "n", "n_edits"]
+        )
+        part.columns = [label if c == "value" else f"{label} {c}" for c in part.columns]
+        frames.append(part)
+    return pd.concat(frames, axis=1).reset_index()
 
 
 # CounterFact's standard metrics under the names of ROME's tables
@@ -165,9 +315,13 @@ def _cell(row: pd.Series, label: str) -> str:
     value = row.get(label)
     if value is None or pd.isna(value):
         return "–"
+    edits = row.get(f"{label} n_edits")
+    count = f"n={int(row[f'{label} n'])}"
+    if edits is not None and pd.notna(edits):
+        count += f", {int(edits)} edits"
     return (
         f"{100 * value:.1f} [{100 * row[f'{label} ci_low']:.1f}, "
-        f"{100 * row[f'{label} ci_high']:.1f}] (n={int(row[f'{label} n'])})"
+        f"{100 * row[f'{label} ci_high']:.1f}] ({count})"
     )
 
 
@@ -184,9 +338,10 @@ def _table(frame: pd.DataFrame, keys: list[str], labels: list[str]) -> list[str]
 
 
 def headline_markdown(headline: pd.DataFrame) -> str:
-    """The headline table as markdown: each measure in %, its 95% CI and n."""
-    labels = [label for *_, label in HEADLINE]
-    return "\n".join(_table(headline, ["model", "method", "risk"], labels))
+    """The headline table as markdown: each measure in %, its 95% CI, n of probes
+    and of edits."""
+    keys = ["model", "method", "risk", "protocol"]
+    return "\n".join(_table(headline, keys, HEADLINE_LABELS))
 
 
 def run_summary(headline: pd.DataFrame, paths: list[str]) -> str:
@@ -195,11 +350,14 @@ def run_summary(headline: pd.DataFrame, paths: list[str]) -> str:
     population = ", ".join(sorted(set(headline.get("population", []))))
     lines = [
         "",
-        f"Headline (population {population or '?'}; %, 95% CI, n):",
+        f"Headline (population {population or '?'}; %, 95% CI, n of probes and edits):",
         "",
         headline_markdown(headline),
         "",
+        TIER_TEXT,
+        "",
         UNEDITED_TEXT,
+        *(f"\n{sentence}" for sentence in sign_disagreements(headline)),
     ]
     if paths:
         lines += ["", "Reports and plots:", *(f"  {path}" for path in paths)]
@@ -215,6 +373,8 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     *,
     semantics: str,
     edits: str,
+    details: pd.DataFrame | None = None,
+    echoes: str = "",
     protocols: pd.DataFrame | None = None,
     counterfact: pd.DataFrame | None = None,
 ) -> str:
@@ -222,33 +382,60 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
     (``drops``: ``kebench.scoring.evaluate.drop_counts``). ``semantics``: how the
     entailed probes were derived (``paper`` or ``consistent``, docs/qa_generation.md);
-    ``edits``: which edits were evaluated (``kebench.qa.probes.edits_measured``).
+    ``edits``: which edits were evaluated (``kebench.qa.probes.edits_measured``);
+    ``details`` (``detail_table``), the deductive tier's other kinds, the echoes and
+    the known-premise forms, after ``echoes`` (``echo_shares``).
     ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
     generated answers; ``counterfact`` (``counterfact_table``), CounterFact's standard
     metrics."""
     lines = [
         f"# {title}",
         "",
-        f"Entailed probes: `{semantics}` semantics (docs/qa_generation.md). The "
-        "*known* columns keep only the edits whose original fact, and the entailed "
-        "probes whose premises, the base model knows (it prefers the KG's answer over "
-        "the relation's other answers).",
+        TIER_TEXT,
+        f"The inductive tier's rules were applied under `{semantics}` semantics "
+        "(docs/qa_generation.md).",
         "",
         edits,
         "",
-        f"Population of EditSucc, Consistency and the gap: `{population}` "
-        f"({POPULATION_TEXT[population]}); locality: `ok_edits`. `metrics.csv` has "
-        "both populations (column `population`).",
+        f"Population of EditSucc, Consistency and the gaps: `{population}` "
+        f"({POPULATION_TEXT[population]}); relation specificity and locality: "
+        "`ok_edits`. `metrics.csv` has both populations (column `population`).",
         "",
         "Percentages with 95% bootstrap confidence intervals, which resample edits "
-        "(the probes of one edit together), and the number of probes "
-        "(edits for Consistency's mean over edits; the gap is paired over edits that "
-        "have entailed probes, n counts those probes). EditSucc, Consistency and the "
-        "gap compare probabilities (protocol `prob`); locality compares argmax tokens "
-        f"before and after the edit (`argmax`). {UNEDITED_TEXT}",
+        "(the probes of one edit together), the number of probes and of edits (a "
+        "Consistency is a mean over edits, each the mean over its probes; a gap is "
+        "paired over the edits that have such probes). Rows `prob` compare "
+        "probabilities (relation specificity and locality: the argmax tokens before "
+        "and after the edit, `argmax`); rows `wild` score a free greedy generation "
+        "by exact match against the answer or an alias (relation specificity and "
+        f"locality: the base model's answer kept). {UNEDITED_TEXT}",
         "",
         headline_markdown(headline),
     ]
+    disagreements = sign_disagreements(headline)
+    lines += ["", *disagreements] if disagreements else []
+    if details is not None and len(details):
+        lines += [
+            "",
+            "## The deductive tier's other kinds, echoes and known premises",
+            "",
+            "Consistency (protocol `prob`) on: the edited question asked with "
+            "another name of the subject (alias; every one an echo); the edit read "
+            "backward through a symmetric or inverse relation (inverse/symmetric); "
+            "mined rules the axioms entail (axiom rules); every echo of either tier; "
+            "each tier with and without its echoes. The *known* columns keep the "
+            "edits whose original fact, and the probes whose premises, the base "
+            "model knows: asked the premise's cloze, it generates the KG's answer "
+            "(or another name of it) greedily (docs/evaluation.md). *No old "
+            "answer*: deductive probes "
+            'the old world gives no single answer ("Sydney is the capital of"), '
+            "scored by `prob_gain`, 1[P_edited(new) > P_base(new)], a weaker test "
+            "never mixed with EditSucc.",
+            "",
+            echoes,
+            "",
+            *_table(details, ["model", "method", "risk"], list(DETAIL_COLUMNS)),
+        ]
     if protocols is not None and len(protocols):
         labels = [label for *_, label in PROTOCOLS]
         lines += [
@@ -318,33 +505,35 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     return "\n".join(lines) + "\n"
 
 
+PLOTTED = ("EditSucc", "Deductive Consistency", "Inductive Consistency (paper)")
+
+
 def plot_direct_vs_entailed(headline: pd.DataFrame) -> Figure:
-    """Bars of EditSucc (direct) and Consistency (entailed) per method, with 95% CIs."""
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.4 * len(headline)), 4.0))
-    x = np.arange(len(headline))
-    for offset, label in ((-0.2, "EditSucc (direct)"), (0.2, "Consistency (entailed)")):
-        values = headline[label].fillna(0).to_numpy() * 100
-        low = headline[f"{label} ci_low"].fillna(0).to_numpy() * 100
-        high = headline[f"{label} ci_high"].fillna(0).to_numpy() * 100
+    """Bars of EditSucc, deductive and inductive Consistency per method (``prob``
+    rows), with 95% CIs."""
+    rows = headline[headline["protocol"] == "prob"].reset_index(drop=True)
+    figure, axes = plt.subplots(figsize=(max(6.0, 2.0 * len(rows)), 4.0))
+    x = np.arange(len(rows))
+    width = 0.8 / len(PLOTTED)
+    for index, label in enumerate(PLOTTED):
+        values = rows[label].astype(float).fillna(0).to_numpy() * 100
+        low = rows[f"{label} ci_low"].astype(float).fillna(0).to_numpy() * 100
+        high = rows[f"{label} ci_high"].astype(float).fillna(0).to_numpy() * 100
         axes.bar(
-            x + offset,
+            x + (index - 1) * width,
             values,
-            width=0.4,
+            width=width,
             label=label,
             yerr=np.vstack([values - low, high - values]),
             capsize=3,
         )
     axes.set_xticks(
-        x,
-        [
-            f"{m}\n{r}"
-            for m, r in zip(headline["method"], headline["risk"], strict=True)
-        ],
+        x, [f"{m}\n{r}" for m, r in zip(rows["method"], rows["risk"], strict=True)]
     )
     axes.set_ylabel("% of probes (95% CI)")
     axes.set_ylim(0, 105)
-    axes.set_title("Direct edits vs their entailed consequences")
-    axes.legend(loc="upper right")
+    axes.set_title("Edits, their deductive consequences and the rules' correlations")
+    axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
     return figure
 
@@ -365,7 +554,7 @@ def plot_consistency_distribution(per_edit: pd.DataFrame) -> Figure:
             axes.scatter(
                 i + rng.uniform(-0.12, 0.12, len(values)), values, s=10, alpha=0.5
             )
-    axes.set_ylabel("Consistency per edit (%)")
-    axes.set_title("Distribution of per-edit consistency")
+    axes.set_ylabel("Deductive Consistency per edit (%)")
+    axes.set_title("Distribution of per-edit deductive consistency")
     figure.tight_layout()
     return figure

@@ -81,12 +81,19 @@ def audit_probes(
     pool: Sequence[str],
     verbaliser: Verbaliser,
 ) -> pd.DataFrame:
-    """The pool's direct probes (``kind`` direct), entailed probes (chained) and each
-    consequence asked about its own subject (atomic), as ``score_pass`` takes them."""
+    """The pool's direct probes (``kind`` direct), entailed probes of both tiers
+    (chained) and each probed inductive consequence asked about its own subject
+    (atomic), as ``score_pass`` takes them."""
     own = probes[probes["case_id"].isin(pool)]
     direct = own[own["probe_type"] == "direct"].assign(kind="direct")
     chained = own[own["probe_type"] == "entailed"].assign(kind="chained")
-    facts = entailed_facts[entailed_facts["case_id"].isin(pool)].drop_duplicates(
+    # an inductive consequence is one fact about its own subject; a deductive one is
+    # a property path, asked whole (chained) only
+    facts = entailed_facts[
+        entailed_facts["case_id"].isin(pool)
+        & (entailed_facts["status"] == "entailed")
+        & (entailed_facts["tier"] == "inductive")
+    ].drop_duplicates(
         ["case_id", "subject_label", "relation", "answer_old", "answer_new"]
     )
     atomic = pd.DataFrame(

@@ -21,6 +21,7 @@ from tests.helpers import copy_project, ripple_project
 TESTS = Path(__file__).parents[2]
 
 DBO = "http://dbpedia.org/ontology/"
+DBR = "http://dbpedia.org/resource/"
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,38 @@ def test_demo_links_every_subject(demo_project):
     )
     assert coverage["subjects_linked_pct"] == 100.0
     assert coverage["queries_per_linked_entity"] <= 0.05
+
+
+def test_demo_kg_has_inverse_capitals_and_other_names_of_subjects(demo_project):
+    """The demo's P1376 "capital of" facts reach kg_triples; its redirects do not (a
+    redirect is no fact, dbo:wikiPageRedirects is excluded) but give the edited
+    subjects their other names in entity_aliases."""
+    triples = pd.read_parquet(demo_project / "data/03_primary/demo/kg_triples.parquet")
+    capital_of = triples[triples["p"] == "http://www.wikidata.org/prop/direct/P1376"]
+    assert (DBR + "Paris", DBR + "France") in set(zip(capital_of["s"], capital_of["o"]))
+    capital = triples[triples["p"] == DBO + "capital"]
+    assert set(zip(capital_of["s"], capital_of["o"])) == set(
+        zip(capital["o"], capital["s"])
+    )
+    assert not (triples["p"] == DBO + "wikiPageRedirects").any()
+    assert DBR + "Barack_Hussein_Obama" not in set(triples["s"]) | set(triples["o"])
+
+    aliases = pd.read_parquet(
+        demo_project / "data/03_primary/demo/entity_aliases.parquet"
+    )
+    rows = set(aliases.itertuples(index=False, name=None))
+    assert (DBR + "Barack_Obama", "Barack Hussein Obama", "redirect") in rows
+    # Apple is an edited subject (its headquarters) and no object of the KG or target
+    # of an edit: only as a subject is it aliased
+    assert not (triples["o"] == DBR + "Apple_Inc.").any()
+    assert (DBR + "Apple_Inc.", "Apple Computer", "redirect") in rows
+    coverage = json.loads(
+        (demo_project / "data/08_reporting/demo/kg_coverage.json").read_text()
+    )
+    # 54 distinct edited subjects, of which redirects.csv names 5 people (Scholz, Xi,
+    # Kohli, Federer, Lewandowski) and Canada with no other name
+    assert coverage["edited_subjects_with_other_names"] == 48
+    assert coverage["aliases_by_kind"]["redirect"] > 0
 
 
 def test_rippleedits_added_fact_goes_through_kg_build(tmp_path):

@@ -46,10 +46,13 @@ from kebench.scoring.metrics import (
     metrics_table,
     per_edit_consistency,
     probe_outcomes,
+    with_roles,
 )
 from kebench.scoring.premises import known_probes, known_share, premise_knowledge
 from kebench.scoring.report import (
     counterfact_table,
+    detail_table,
+    echo_shares,
     headline_table,
     plot_consistency_distribution,
     plot_direct_vs_entailed,
@@ -161,14 +164,22 @@ def score_premise_knowledge(
     selected_edits: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """Whether the base model knows each premise of the edited cases' probes."""
+    """Whether the base model knows each premise of the edited cases' probes: it
+    generates the answer greedily."""
     premises = premise_probes[premise_probes["case_id"].isin(selected_edits["case_id"])]
     logger.info(
-        "scoring %d premises (%d distinct) under the base model",
+        "asking the base model %d premises (%d distinct)",
         len(premises),
         len(premises.drop_duplicates(["prompt", "answer"])),
     )
-    return premise_knowledge(model, premises, model.name, params["batch_size"])
+    wild, settings = params["wild"], params["premises"]
+    generation = GenerationSettings(
+        context="prompt",
+        stop_strings=tuple(wild["stop_strings"]),
+        max_new_tokens=int(settings["max_new_tokens"]),
+        batch_size=int(wild["batch_size"]),
+    )
+    return premise_knowledge(model, premises, model.name, generation)
 
 
 def find_joint_drops(
@@ -466,7 +477,7 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     dropped = pd.MultiIndex.from_frame(joint_dropped_probes[keys])
     failed = failed[~pd.MultiIndex.from_frame(failed[keys]).isin(dropped)]
     seed = int(params["bootstrap_seed"])
-    outcomes = probe_outcomes(probe_scores)
+    outcomes = with_roles(probe_outcomes(probe_scores), probes)
     if params["judge"]["enabled"]:
         verdicts = judgements[["model", "method", "probe_id", "judge"]]
         outcomes = outcomes.merge(
@@ -481,8 +492,8 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     shares = known_share(premise_knowledge, seed).assign(
         method="unedited",
         risk="all",
-        metric="premises_known",
-        protocol="prob",
+        metric="premises_known_gen",
+        protocol="gen",
         population="ok_edits",
     )
     parts = [
@@ -524,7 +535,8 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     ``headline_population``), and the two plots."""
     population = params["headline_population"]
     headline = headline_table(metrics, population)
-    per_edit = per_edit_consistency(probe_outcomes(probe_scores))
+    per_edit = per_edit_consistency(with_roles(probe_outcomes(probe_scores), probes))
+    evaluated = probes[probes["case_id"].isin(selected_edits["case_id"])]
     markdown = report_markdown(
         headline,
         failed_edits,
@@ -533,6 +545,8 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         population,
         semantics=consequence_semantics(entailed_facts),
         edits=edits_measured(selected_edits, probes, EDITS_PARAMETER),
+        details=detail_table(metrics, population),
+        echoes=echo_shares(evaluated),
         protocols=protocol_table(metrics, population),
         counterfact=counterfact_table(metrics),
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.kg.aliases import AliasSettings, answer_entities, fetch_aliases
+from kebench.kg.aliases import AliasSettings, aliased_entities, fetch_aliases
 from kebench.kg.amie_export import to_amie_frame
 from kebench.kg.edit_cases import RawEditCases, RelationCatalog, parse_edit_cases
 from kebench.kg.linking import link_mentions
@@ -20,6 +20,7 @@ from kebench.kg.mentions import (
 )
 from kebench.kg.neighbourhood import fetch_neighbourhood
 from kebench.kg.sparql import SparqlEndpoint
+from kebench.kg.vocabulary import fetch_entity_types, fetch_kg_axioms
 from kebench.schemas import EDIT_REQUESTS
 
 logger = logging.getLogger(__name__)
@@ -97,11 +98,30 @@ def fetch_entity_aliases(
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """``entity_aliases``: the KG's other names of every entity that can be an
-    answer."""
+    answer and of every edited subject."""
     return fetch_aliases(
-        answer_entities(kg_triples, edit_requests),
+        aliased_entities(kg_triples, edit_requests),
         sparql_endpoint,
         AliasSettings.from_params(params["aliases"], params["lang"]),
+    )
+
+
+def fetch_kg_vocabulary(sparql_endpoint: SparqlEndpoint) -> pd.DataFrame:
+    """``kg_axioms``: the OWL and RDFS statements the KG makes about its own
+    vocabulary (inverse, symmetric, sub-properties, domains, ...)."""
+    return fetch_kg_axioms(sparql_endpoint)
+
+
+def fetch_types(
+    kg_triples: pd.DataFrame, sparql_endpoint: SparqlEndpoint, params: dict[str, Any]
+) -> pd.DataFrame:
+    """``entity_types``: the rdf:type classes of the KG's entities (domain and range
+    checks of the deductive tier)."""
+    entities = set(kg_triples["s"]) | set(
+        kg_triples.loc[~kg_triples["o_is_literal"], "o"]
+    )
+    return fetch_entity_types(
+        entities, sparql_endpoint, params["neighbourhood"]["batch_size"]
     )
 
 
@@ -125,14 +145,18 @@ def report_kg_coverage(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     sparql_endpoint: SparqlEndpoint,
     params: dict[str, Any],
 ) -> dict[str, Any]:
-    """Coverage of the built KG: linked subjects, triples per entity, the answers'
-    aliases, and the queries sent (building the KG, and fetching the aliases)."""
+    """Coverage of the built KG: linked subjects, triples per entity, the aliases of
+    answers and edited subjects, and the queries sent (building the KG, and fetching
+    the aliases)."""
     linked = entity_links.dropna(subset=["uri"])
     n_entities = linked["uri"].nunique()
     subjects = edit_requests["subject"].drop_duplicates()
     subjects_linked = edit_requests.drop_duplicates("subject")["subject_uri"].notna()
-    answers = answer_entities(kg_triples, edit_requests)
-    alias_queries = math.ceil(len(answers) / params["aliases"]["batch_size"])
+    aliased = aliased_entities(kg_triples, edit_requests)
+    alias_queries = math.ceil(len(aliased) / params["aliases"]["batch_size"])
+    subject_uris = set(edit_requests["subject_uri"].dropna())
+    # names other than the entity's own labels: redirects' and sameAs resources'
+    other_names = set(entity_aliases.loc[entity_aliases["via"] != "label", "uri"])
     build_queries = sparql_endpoint.queries_sent - alias_queries
     report = {
         "endpoint": sparql_endpoint.name,
@@ -148,8 +172,9 @@ def report_kg_coverage(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         "triples": len(kg_triples),
         "triples_per_entity": round(len(kg_triples) / n_entities, 2),
         "relations": int(kg_triples["p"].nunique()),
-        "answer_entities": len(answers),
-        "answer_entities_with_aliases": int(entity_aliases["uri"].nunique()),
+        "aliased_entities": len(aliased),
+        "aliased_entities_with_aliases": int(entity_aliases["uri"].nunique()),
+        "edited_subjects_with_other_names": len(subject_uris & other_names),
         "aliases_by_kind": entity_aliases["via"].value_counts().to_dict(),
         "sparql_queries": sparql_endpoint.queries_sent,
         "alias_queries": alias_queries,

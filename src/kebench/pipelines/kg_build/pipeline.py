@@ -6,6 +6,8 @@ from kebench.pipelines.kg_build.nodes import (
     attach_entity_uris,
     export_amie_triples,
     fetch_entity_aliases,
+    fetch_kg_vocabulary,
+    fetch_types,
     find_mentions,
     link_entities,
     parse_edit_requests,
@@ -16,7 +18,8 @@ from kebench.pipelines.kg_build.nodes import (
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """Edit cases -> edit_requests, entity_links, kg_triples (+ AMIE TSV, N-Triples)."""
+    """Edit cases -> edit_requests, entity_links, kg_triples (+ AMIE TSV,
+    N-Triples), entity_aliases, entity_types and the KG's own axioms."""
     return Pipeline(
         [
             Node(
@@ -63,6 +66,18 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ],
                 outputs="entity_aliases",
                 name="fetch_entity_aliases",
+            ),
+            Node(
+                func=fetch_kg_vocabulary,
+                inputs="sparql_endpoint",
+                outputs="kg_axioms",
+                name="fetch_kg_vocabulary",
+            ),
+            Node(
+                func=fetch_types,
+                inputs=["kg_triples", "sparql_endpoint", "params:kg_build"],
+                outputs="entity_types",
+                name="fetch_types",
             ),
             Node(
                 func=export_amie_triples,

@@ -79,8 +79,9 @@ def plan_mitigation(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     relation_templates: dict[str, dict[str, str]],
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Split each edit's rules into propagated and held-out ones: the extra edits, the
-    entailed probes' roles, and the edits left out (with the reason)."""
+    """Split each edit's derivations of the propagated tiers into propagated and
+    held-out ones: the extra edits, the entailed probes' roles, and the edits left
+    out (with the reason)."""
     settings = params["propagation"]
     requests, roles, excluded = plan_propagation(
         _ok_cases(mitigation_edits),
@@ -89,16 +90,18 @@ def plan_mitigation(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         probes,
         verbaliser=Verbaliser(templates=relation_templates),
         form=settings["form"],
+        tiers=list(settings["tiers"]),
         held_out_share=float(settings["held_out_share"]),
         max_extra_edits=int(settings["max_extra_edits"]),
         seed=int(settings["seed"]),
     )
     logger.info(
-        "mitigation plan: %d edits get %d extra edits; held-out probes %s, dropped %s; "
-        "%d edits excluded %s",
+        "mitigation plan: %d edits get %d extra edits (by tier %s); held-out probes "
+        "%s, dropped %s; %d edits excluded %s",
         requests["case_id"].nunique(),
         len(requests),
-        roles["overlap"].value_counts().to_dict(),
+        requests["tier"].value_counts().to_dict(),
+        (roles["tier"] + "_" + roles["overlap"]).value_counts().to_dict(),
         roles.loc[roles["role"].isin(["leak", "rewritten"]), "role"]
         .value_counts()
         .to_dict(),

@@ -7,8 +7,11 @@ from typing import Any
 import openai
 import pandas as pd
 
+from kebench.kg.vocabulary import join_axioms
 from kebench.qa.closure import ClosureSettings
+from kebench.qa.deduction import DeductionSettings
 from kebench.qa.entailment import (
+    derivation_context,
     derive_entailed_facts,
     llm_questions,
     template_questions,
@@ -17,23 +20,45 @@ from kebench.qa.llm_questions import LlmQuestionWriter, LlmSettings, ResponseCac
 from kebench.qa.verbaliser import Verbaliser
 
 
-def derive_consequences(
+def merge_axioms(
+    vocabulary_axioms: pd.DataFrame, kg_axioms: pd.DataFrame
+) -> pd.DataFrame:
+    """``axioms``: the shipped table's and the KG's own, each row with its origin."""
+    return join_axioms([vocabulary_axioms, kg_axioms])
+
+
+def derive_consequences(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     edit_requests: pd.DataFrame,
     rules_for_qa: pd.DataFrame,
     kg_triples: pd.DataFrame,
+    axioms: pd.DataFrame,
+    entity_aliases: pd.DataFrame,
+    entity_types: pd.DataFrame,
     relations: dict[str, Any],
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``entailed_facts``: each edit's rule-derived consequences whose answer changes."""
+    """``entailed_facts``: each edit's consequences whose answer changes, in two
+    tiers: deductive (the edit, unchanged KG facts and the vocabulary's axioms) and
+    inductive (the mined rules the axioms do not entail)."""
     settings = dict(params["consequences"])
     semantics = settings.pop("semantics")
+    context = derivation_context(
+        axioms,
+        relations,
+        entity_aliases,
+        entity_types,
+        kg_triples,
+        params["relation_templates"],
+    )
     return derive_entailed_facts(
         edit_requests,
         rules_for_qa,
         kg_triples,
         relations,
+        context,
         semantics,
         ClosureSettings(**settings),
+        DeductionSettings(**params["deductive"]),
     )
 
 

@@ -4,21 +4,32 @@ from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines.qa_generation.nodes import (
     derive_consequences,
+    merge_axioms,
     merge_qa_reports,
     write_questions,
 )
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """edit_requests + rules_for_qa + kg_triples -> entailed_facts -> entailed_questions."""
+    """edit_requests + rules_for_qa + kg_triples + the vocabulary's axioms ->
+    entailed_facts (deductive and inductive tiers) -> entailed_questions."""
     return Pipeline(
         [
+            Node(
+                func=merge_axioms,
+                inputs=["vocabulary_axioms", "kg_axioms"],
+                outputs="axioms",
+                name="merge_axioms",
+            ),
             Node(
                 func=derive_consequences,
                 inputs=[
                     "edit_requests",
                     "rules_for_qa",
                     "kg_triples",
+                    "axioms",
+                    "entity_aliases",
+                    "entity_types",
                     "params:relations",
                     "params:qa_generation",
                 ],

@@ -13,7 +13,7 @@ from kebench.kg.edit_cases import (
     counterfact_prompts,
     dataset_probes,
 )
-from kebench.qa.entailment import edit_relations
+from kebench.kg.vocabulary import edit_relations, vocabulary_of
 from kebench.qa.premises import premise_probes
 from kebench.qa.probes import (
     InjectionSet,
@@ -23,7 +23,9 @@ from kebench.qa.probes import (
     injection_probes,
     locality_probes,
     probe_summary,
+    relation_specificity_probes,
     unify_probes,
+    with_echoes,
     with_kg_aliases,
 )
 from kebench.qa.verbaliser import Verbaliser
@@ -97,6 +99,30 @@ def sample_locality_probes(
     )
 
 
+def sample_relation_specificity_probes(  # noqa: PLR0913, PLR0917 - a node's inputs
+    edit_requests: pd.DataFrame,
+    kg_triples: pd.DataFrame,
+    rules_for_qa: pd.DataFrame,
+    axioms: pd.DataFrame,
+    relations: dict[str, Any],
+    relation_templates: dict[str, dict[str, str]],
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """Facts of each edited subject under a relation no axiom or rule lets the edit
+    change, whose answers must stay (RippleEdits' Relation Specificity)."""
+    settings = params["relation_specificity"]
+    return relation_specificity_probes(
+        edit_requests,
+        kg_triples,
+        rules_for_qa,
+        vocabulary_of(axioms, relations),
+        Verbaliser(templates=relation_templates),
+        relations,
+        settings["per_edit"],
+        settings["seed"],
+    )
+
+
 def collect_injection_probes(
     injection_sets: list[InjectionSet], params: dict[str, Any]
 ) -> pd.DataFrame:
@@ -111,16 +137,20 @@ def unify_probe_table(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     entailed: pd.DataFrame,
     dataset: pd.DataFrame,
     locality: pd.DataFrame,
+    relation_specificity: pd.DataFrame,
     injection: pd.DataFrame,
     entity_aliases: pd.DataFrame,
     kg_triples: pd.DataFrame,
     edit_requests: pd.DataFrame,
 ) -> pd.DataFrame:
     """The one ``probes`` table, validated, its answers' aliases completed with the
-    KG's other names of them."""
-    probes = unify_probes([edit, entailed, dataset, locality, injection])
+    KG's other names of them, each probe marked when it is an echo of its edit."""
+    probes = unify_probes(
+        [edit, entailed, dataset, locality, relation_specificity, injection]
+    )
     aliases = aliases_by_label(entity_aliases, kg_triples, edit_requests)
-    return PROBES.validate(with_kg_aliases(probes, aliases))
+    probes = with_kg_aliases(probes, aliases)
+    return PROBES.validate(with_echoes(probes, edit_requests, entity_aliases))
 
 
 def summarise_probes(probes: pd.DataFrame) -> pd.DataFrame:
@@ -135,26 +165,23 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     entailed_facts: pd.DataFrame,
     edit_requests: pd.DataFrame,
     kg_triples: pd.DataFrame,
+    entity_aliases: pd.DataFrame,
     relations: dict[str, Any],
     qa_params: dict[str, Any],
-    params: dict[str, Any],
 ) -> pd.DataFrame:
     """The facts each direct and entailed probe rests on, and those a dataset names
-    for its own probes, as cloze probes with the candidates the answer must beat
-    (scored on the base model in evaluation)."""
+    for its own probes, as cloze probes with their answer's other names (asked of the
+    base model in evaluation)."""
     verbaliser = Verbaliser.configured(
         qa_params["relation_templates"], relations, qa_params["mquake_templates_dir"]
     )
-    settings = params["premises"]
     return premise_probes(
         probes,
         entailed_questions,
         entailed_facts,
         edit_requests,
-        kg_triples,
         verbaliser=verbaliser,
         relations=relations,
-        n_candidates=settings["n_candidates"],
-        seed=settings["seed"],
+        aliases=aliases_by_label(entity_aliases, kg_triples, edit_requests),
         dataset_probes=raw_dataset_probes,
     )
