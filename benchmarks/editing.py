@@ -61,7 +61,12 @@ METHODS = "ROME+MEMIT+FT-L+FT-M+KN+IKE"
 N_PROBES = 16
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
 PROFILES = ("faithful", "fast")
-HEADLINE_METRICS = ("EditSucc (direct)", "Consistency (entailed)", "Locality")
+HEADLINE_METRICS = (
+    "EditSucc",
+    "Deductive Consistency",
+    "Inductive Consistency (paper)",
+    "Locality",
+)
 
 
 def edit_cases(dataset: str, config) -> pd.DataFrame:

@@ -20,10 +20,11 @@ def _catalog(tmp_path) -> DataCatalog:
             "model": ["smollm2-135m"],
             "method": ["ROME"],
             "risk": ["counterfactual"],
-            "EditSucc (direct)": [0.95],
-            "EditSucc (direct) ci_low": [0.85],
-            "EditSucc (direct) ci_high": [1.0],
-            "EditSucc (direct) n": [20],
+            "protocol": ["prob"],
+            "EditSucc": [0.95],
+            "EditSucc ci_low": [0.85],
+            "EditSucc ci_high": [1.0],
+            "EditSucc n": [20],
             "population": ["itt"],
         }
     )

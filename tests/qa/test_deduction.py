@@ -285,7 +285,34 @@ def test_an_ill_typed_walk_is_kept_and_not_probed():
     )
     row = facts[facts["relation"] == "citizenship/capital"].iloc[0]
     assert row["status"] == "ill_typed"
-    assert row["reason"] == "ill_typed: Canada is not of the domain of capital"
+    assert row["reason"] == "ill_typed: Canada is Person, not Country, as capital needs"
+
+
+def test_an_untyped_entity_is_judged_by_what_its_other_facts_say():
+    """No rdf:type: Canada is the object of three citizenship facts (range Country)
+    and of no fact that makes it a City; "the capital of" the new citizenship needs a
+    Country (capital's domain): fine. Typed by its facts as a City instead (two
+    facts against one), the walk is ill-typed."""
+    axioms = AXIOMS + "dbo:capital,domain,dbo:Country,test\n"
+    axioms += "dbo:citizenship,range,dbo:Country,test\n"
+    axioms += "dbo:currency,domain,dbo:City,test\n"
+    axioms += "dbo:Country,sub_class_of,owl:Thing,test\n"
+    axioms += "dbo:City,sub_class_of,owl:Thing,test\n"
+    vocabulary = Vocabulary.from_axioms(read_axiom_table(axioms, "a.csv"))
+    row = derive(vocabulary=vocabulary)
+    capital = row[row["relation"] == "citizenship/capital"].iloc[0]
+    # Canada: a Country by the edit's citizenship (walked, not counted) and by no
+    # other fact; a City by its currency fact: 1 against 0, found at the edit's
+    # own triple (citizenship's range) first
+    assert capital["status"] == "ill_typed"
+    assert capital["reason"] == (
+        "ill_typed: Canada is named City by 1 of its facts, Country by 0, as "
+        "citizenship needs"
+    )
+    # the United States is the object of three citizenship facts: a Country by 3,
+    # a City by 1 (its currency): Michelle's composition through it is well typed
+    spouse = row[row["relation"] == "spouse/citizenship"].iloc[0]
+    assert spouse["status"] == "entailed"
 
 
 def test_the_independent_checker_passes_these_rows_and_catches_bad_ones(

@@ -388,6 +388,22 @@ class Deducer:
             self.triples, self.walkable, self.settings.intermediate_node_marker
         )
         self.store = WorldStore(self.triples, self.vocabulary)
+        # what each fact says of its entities' classes (Deducer._not_of)
+        self._evidence: dict[str, list[tuple[Triple, frozenset[str]]]] = defaultdict(
+            list
+        )
+        for s, p, o, literal in zip(
+            self.triples["s"],
+            self.triples["p"],
+            self.triples["o"],
+            self.triples["o_is_literal"],
+            strict=True,
+        ):
+            triple = Triple(s, p, Term(o, bool(literal)))
+            if domain := self.vocabulary.domains.get(p):
+                self._evidence[s].append((triple, domain))
+            if not literal and (range_ := self.vocabulary.ranges.get(p)):
+                self._evidence[o].append((triple, range_))
         facts = self.triples.drop_duplicates(["s", "p", "o"]).groupby("p")
         self._functionality: dict[str, tuple[float, float]] = defaultdict(
             lambda: (0.0, 0.0),
@@ -617,21 +633,23 @@ class Deducer:
 
     def _ill_typed(self, walk: Walk) -> str | None:
         """Why the walk's question is ill-typed, or None: a walked triple whose
-        subject (object) has types none of which fits its predicate's domain (range),
-        or a node where the class one step implies (a range) and the class the next
-        step needs (a domain) are neither the same nor one below the other ("the
-        leader of the mouth mountain of a creek")."""
+        subject (object) is not of its predicate's domain (range), or a node where
+        the class one step implies (a range) and the class the next step needs (a
+        domain) are neither the same nor one below the other ("the leader of the
+        mouth mountain of a creek")."""
         vocabulary = self.vocabulary
         for triple in walk.triples:
-            if not vocabulary.conforms(
-                self.types.get(triple.s, ()), vocabulary.domains.get(triple.p, ())
-            ):
-                return f"{local_name(triple.s)} is not of the domain of {local_name(triple.p)}"
-            if not triple.o.literal and not vocabulary.conforms(
-                self.types.get(triple.o.value, ()),
-                vocabulary.ranges.get(triple.p, ()),
-            ):
-                return f"{local_name(triple.o.value)} is not of the range of {local_name(triple.p)}"
+            ends = [(triple.s, vocabulary.domains.get(triple.p, frozenset()))]
+            if not triple.o.literal:
+                ends.append(
+                    (triple.o.value, vocabulary.ranges.get(triple.p, frozenset()))
+                )
+            for entity, wanted in ends:
+                bad = self._not_of(entity, wanted, set(walk.triples))
+                if bad:
+                    return (
+                        f"{local_name(entity)} {bad}, as {local_name(triple.p)} needs"
+                    )
         for (before, back_before), (after, back_after) in pairwise(walk.steps):
             reached = (vocabulary.domains if back_before else vocabulary.ranges).get(
                 before, frozenset()
@@ -644,6 +662,49 @@ class Deducer:
                     f"{local_name(before)} reaches {_names(reached)}, "
                     f"{local_name(after)} needs {_names(needed)}"
                 )
+        return None
+
+    def _not_of(
+        self, entity: str, wanted: frozenset[str], walked: set[Triple]
+    ) -> str | None:
+        """Why ``entity`` is not of the ``wanted`` classes, or None.
+
+        An entity the KG types (rdf:type) is judged by its types
+        (``Vocabulary.conforms``). An untyped one (the paper's DBpedia dump states no
+        rdf:type) by what its other facts say of it, the domains of the relations it
+        is the subject of and the ranges of those it is the object of (RDFS's
+        reading of a relation's domain and range): it is not of a wanted class when
+        more of those facts name a class that cannot be it (neither the same nor one
+        above or below it) than name it or a class below it. One stray fact does not
+        outvote an entity's others: Mongolia, the object of 40 `country` facts, is
+        not the City that "the capital of Xianbei state" needs.
+        """
+        vocabulary = self.vocabulary
+        if not wanted:
+            return None
+        types = self.types.get(entity)
+        if types:
+            if vocabulary.conforms(types, wanted):
+                return None
+            return f"is {_names(types)}, not {_names(wanted)}"
+        evidence: Counter = Counter()
+        for triple, classes in self._evidence.get(entity, ()):
+            if triple not in walked:
+                evidence.update(classes)
+        for needed in wanted:
+            below = sum(
+                n
+                for cls, n in evidence.items()
+                if cls == needed or needed in vocabulary.super_classes.get(cls, ())
+            )
+            against = {
+                cls: n
+                for cls, n in evidence.items()
+                if not vocabulary.compatible({cls}, {needed})
+            }
+            if sum(against.values()) > below:
+                named = ", ".join(f"{local_name(c)} by {n}" for c, n in against.items())
+                return f"is named {named} of its facts, {local_name(needed)} by {below}"
         return None
 
     def edited_values(self, edit: EditTriples) -> int:

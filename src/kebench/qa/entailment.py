@@ -602,10 +602,9 @@ def consequence_report(
                 for kind, part in rows.groupby("kind")
             },
             "without_old_answer": int(kept["answer_old"].isna().sum()),
-            "not_probed_by_reason": {
-                reason_kind(reason): int(n)
-                for reason, n in rows["reason"].dropna().value_counts().items()
-            },
+            "not_probed_by_reason": dict(
+                Counter(reason_kind(reason) for reason in rows["reason"].dropna())
+            ),
             "top_rules_entailed": top_rules(kept.dropna(subset=["rule_id"]), rules),
         }
     per_edit = probed.groupby("case_id").size().reindex(cases, fill_value=0)
@@ -687,17 +686,24 @@ def fact_question(
 ) -> tuple[str, str, str]:
     """``(question, cloze, wording)`` of one consequence: an inductive one asked
     from the edited subject through its chain, a deductive one along its property
-    path from its own subject, a ``subject_alias`` one as the edit's own question
-    and cloze with the other name."""
+    path from its own subject. A ``subject_alias`` one asks the edited relation, by
+    its label (``edit_requests.relation_label``), of the other name: "The chief
+    executive officer of Nokia Corporation is". Neither the dataset's cloze (which
+    may claim a class its target lacks: MQuAKE-T's "located in the city of" a
+    street) nor the KG predicate's wording (P169's ``keyPerson``, "the key person",
+    has several values) would ask exactly the edited fact."""
     chain = [tuple(step) for step in json.loads(fact["chain"])]
     if fact["tier"] == "inductive":
         return verbaliser.question(edit["subject"], chain, fact["relation"])
     if fact["kind"] == "subject_alias":
-        alias, subject = fact["subject_label"], edit["subject"]
-        question = edit["question"]
-        if isinstance(question, str) and subject in question:
-            cloze = edit["prompt"].replace("{}", alias)
-            return question.replace(subject, alias), cloze, "edit"
+        label, alias = edit["relation_label"], fact["subject_label"]
+        asked, _, _ = verbaliser.path_question(alias, chain)
+        pronoun = "Who" if asked.startswith("Who ") else "What"
+        return (
+            f"{pronoun} is the {label} of {alias}?",
+            f"The {label} of {alias} is",
+            "relation label",
+        )
     return verbaliser.path_question(fact["subject_label"], chain)
 
 

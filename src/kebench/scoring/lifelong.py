@@ -57,7 +57,11 @@ from kebench.scoring.evaluate import (
     score_pass,
 )
 from kebench.scoring.logprobs import ContextOverflowError
-from kebench.scoring.metrics import cluster_bootstrap_ci, probe_outcomes
+from kebench.scoring.metrics import (
+    ENTAILED_SUBSETS,
+    cluster_bootstrap_ci,
+    probe_outcomes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +70,9 @@ MODE = "sequential"
 # measure -> the probes it is measured on, its protocol, and the outcome per probe
 PROBE_MEASURES = {
     "retention": ("direct", "prob", "edit_succ"),
-    "consistency": ("entailed", "prob", "edit_succ"),
+    # the headline's deductive probes only (ENTAILED_SUBSETS["deductive"]): issue 40
+    # split the tiers, and named the measure anew rather than redefine "consistency"
+    "consistency_deductive": ("entailed", "prob", "edit_succ"),
     "locality": ("locality", "argmax", "argmax_agree"),
 }
 # measures of the whole model, one value per checkpoint
@@ -192,6 +198,9 @@ def build_stream(
     position = {r.case_id: i + 1 for i, r in enumerate(requests)}
     kinds = [kind for kind, _, _ in PROBE_MEASURES.values()]
     chosen = every[every["case_id"].isin(position) & every["probe_type"].isin(kinds)]
+    entailed = chosen["probe_type"] == "entailed"
+    deductive = ENTAILED_SUBSETS["deductive"](chosen).fillna(False).astype(bool)
+    chosen = chosen[~entailed | deductive]
     edits = pd.DataFrame(
         {
             "model": "",

@@ -452,9 +452,10 @@ def metrics_table(
     Two populations, never merged: ``ok_edits``, over the edits that succeeded (the
     stored, scored ones: every number as before), and ``itt`` (intention to treat),
     where each failed edit also counts, as a failure (``failed``: ``failed_outcomes``
-    rows). Locality is an ``ok_edits`` metric only. With ``known`` (probe id -> whether
-    the base model knows its premises), both populations also get ``edit_succ_known``
-    and ``consistency_known``.
+    rows). Locality and relation specificity are ``ok_edits`` metrics only. With
+    ``known`` (probe id -> whether the base model knows its premises), both
+    populations also get ``edit_succ_known_gen`` and the main subsets'
+    ``consistency_<subset>_known_gen``.
     """
     ok = _population_rows(outcomes, seed, locality=True, known=known)
     treated = outcomes if failed is None else pd.concat([outcomes, failed])

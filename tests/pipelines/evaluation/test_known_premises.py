@@ -40,23 +40,31 @@ def test_known_metrics_are_the_plain_metrics_over_known_probes(evaluated):
     direct = rome[(rome["probe_type"] == "direct") & rome["lp_base_old"].notna()]
     known_direct = direct[direct["probe_id"].map(known).fillna(False).astype(bool)]
     expected = known_direct.groupby("risk")["success"].mean()
-    got = _value(metrics, "ROME", "edit_succ_known", "direct")
+    got = _value(metrics, "ROME", "edit_succ_known_gen", "direct")
     assert set(got.index) == set(expected.index)
     for risk, value in expected.items():
         assert got[risk] == pytest.approx(value)
-    # consistency over known entailed probes, averaged per edit (eq. 2), then over
-    # the edits with a direct probe; an entailed probe without premises is known
-    entailed = rome[rome["probe_type"] == "entailed"]
+    # deductive consistency over known headline probes (compositions that are no
+    # echo), averaged per edit (eq. 2), then over the edits with a direct probe; an
+    # entailed probe without premises is known
+    probes = evaluated.load("probes").set_index("probe_id")
+    rome = rome.join(probes[["tier", "kind", "echo"]], on="probe_id")
+    entailed = rome[
+        (rome["probe_type"] == "entailed")
+        & (rome["tier"] == "deductive")
+        & (rome["kind"] == "composition")
+        & ~rome["echo"].astype(bool)
+    ]
     is_known = entailed["probe_id"].map(known).fillna(True).astype(bool)
     per_edit = entailed[is_known].groupby(["risk", "case_id"])["success"].mean()
     per_edit = per_edit[
         per_edit.index.get_level_values("case_id").isin(direct["case_id"])
     ]
-    got = _value(metrics, "ROME", "consistency_known", "entailed")
+    got = _value(metrics, "ROME", "consistency_deductive_known_gen", "entailed")
     for risk, value in per_edit.groupby("risk").mean().items():
         assert got[risk] == pytest.approx(value)
     # the share of known facts, per kind, over distinct facts
-    share = _value(metrics, "unedited", "premises_known", "edit_fact")
+    share = _value(metrics, "unedited", "premises_known_gen", "edit_fact")
     facts = knowledge[knowledge["kind"] == "edit_fact"].drop_duplicates(
         ["prompt", "answer"]
     )

@@ -61,14 +61,12 @@ def test_scores_and_metrics_cover_every_method_with_the_floor(evaluated):
     ]
     rome = rome.set_index(["probe_type", "metric"])
     assert rome.loc[("direct", "edit_succ"), "value"] >= 2 / 3
-    assert ("direct-entailed", "gap") in rome.index and (
-        "entailed",
-        "consistency",
-    ) in rome.index
+    assert ("direct-entailed", "gap_deductive") in rome.index
+    assert ("entailed", "consistency_deductive") in rome.index
     assert set(metrics["protocol"]) >= {"prob", "token", "argmax", "gen"}
     assert (metrics["ci_low"] <= metrics["value"] + 1e-12).all()
     report = evaluated.load("evaluation_report")
-    assert "| smollm2-135m | ROME |" in report and "Gap" in report
+    assert "| smollm2-135m | ROME |" in report and "Deductive gap" in report
     # the demo's 60 counterfactual edits, of which the run edited the first
     assert "ROME: counterfactual 1 of 60" in report
 
