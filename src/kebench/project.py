@@ -48,7 +48,13 @@ def _relocate(
     partitioned = str(entry.get("path", "")).startswith("data/")
     key = "path" if partitioned else "filepath"
     filepath = entry.get(key)
-    if isinstance(filepath, str) and not filepath.startswith("data/01_raw"):
+    # outputs (data/02_intermediate onwards) move; raw data and conf files are read
+    # where the project keeps them
+    if (
+        isinstance(filepath, str)
+        and filepath.startswith("data/")
+        and not filepath.startswith("data/01_raw")
+    ):
         entry = {**entry, key: str(output_root / filepath)}
     elif isinstance(filepath, str) and not Path(filepath).is_absolute():
         entry = {**entry, key: str(project_root / filepath)}

@@ -113,6 +113,8 @@ class Deduction:
     reason: str | None
     answer_new: Term
     answer_old: Term | None
+    # the class of each node the walk reaches (Deducer.node_class), for the wording
+    node_classes: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -371,6 +373,11 @@ class Deducer:
         vocabulary: the axioms.
         walkable: the steps a walk may take over unchanged KG triples (a question
             can word them: a template names the relation, or its converse).
+        classed: predicates whose wording names the class of the entity a step
+            reaches ("the city where Y has its headquarters"), with those classes: a
+            step before the edit over one names one entity only when the entity is
+            of one of them ("the place where Y has its headquarters" could be its
+            city or its country).
         types: entity IRI -> its rdf:type classes.
         aliases: entity IRI -> its other names.
     """
@@ -378,6 +385,7 @@ class Deducer:
     triples: pd.DataFrame
     vocabulary: Vocabulary
     walkable: frozenset[Step] = frozenset()
+    classed: Mapping[str, frozenset[str]] = field(default_factory=dict)
     types: Mapping[str, set[str]] = field(default_factory=dict)
     aliases: Mapping[str, Sequence[str]] = field(default_factory=dict)
     settings: DeductionSettings = field(default_factory=DeductionSettings)
@@ -458,7 +466,7 @@ class Deducer:
                         if (
                             triple in edited
                             or start == edit.subject
-                            or not self._designates(before)
+                            or not self._designates(before, entity)
                         ):
                             continue
                         path = ((before, *steps), (triple, *walked))
@@ -474,15 +482,26 @@ class Deducer:
                         yield from self._after(walk, budget - used, edited)
                 frontier = reached
 
-    def _designates(self, step: Step) -> bool:
-        """Whether a step before the edit names one entity ("the spouse of Y"): its
-        relation is functional by an axiom, or nearly so on the KG (its AMIE
-        functionality, #subjects / #facts, or for a backward step #objects / #facts,
-        reaches ``designating_functionality``). The start of such a step is seldom an
-        entity whose every fact the KG holds (a 1-hop subgraph has only its edges to
-        the edited entities), so a single stored value does not show a single value
-        in the world: Adidas serves many regions, the subgraph of Chad states one."""
+    def _designates(self, step: Step, reached: str) -> bool:
+        """Whether a step before the edit, reaching ``reached``, names one entity
+        ("the spouse of Y"): its relation is functional by an axiom, or nearly so on
+        the KG (its AMIE functionality, #subjects / #facts, or for a backward step
+        #objects / #facts, reaches ``designating_functionality``). The start of such
+        a step is seldom an entity whose every fact the KG holds (a 1-hop subgraph
+        has only its edges to the edited entities), so a single stored value does
+        not show a single value in the world: Adidas serves many regions, the
+        subgraph of Chad states one. A ``classed`` relation also needs the class of
+        ``reached`` its wording names (a headquarters is a city, a region and a
+        country at once)."""
         predicate, backward = step
+        wanted = self.classed.get(predicate)
+        if (
+            wanted is not None
+            and not backward
+            and self.node_class(reached) not in wanted
+        ):
+            self.skipped["deductive: designating step reaches no worded class"] += 1
+            return False
         if not backward and predicate in self.vocabulary.functional:
             return True
         return (
@@ -597,7 +616,13 @@ class Deducer:
                 if old is not None and old.value == answer.value:
                     self.skipped["deductive: answer unchanged"] += 1
                     continue
-                results.append(Deduction(walk, status, reason, answer, old))
+                classes = tuple(
+                    None
+                    if t.o.literal and not back
+                    else self.node_class(t.s if back else t.o.value)
+                    for t, (_, back) in zip(walk.triples, walk.steps, strict=True)
+                )
+                results.append(Deduction(walk, status, reason, answer, old, classes))
         return results
 
     def _judge_new(self, walk: Walk) -> tuple[str, str | None, Term | None]:
@@ -706,6 +731,27 @@ class Deducer:
                 named = ", ".join(f"{local_name(c)} by {n}" for c, n in against.items())
                 return f"is named {named} of its facts, {local_name(needed)} by {below}"
         return None
+
+    def node_class(self, entity: str) -> str | None:
+        """The one most specific class the KG gives ``entity`` (its rdf:types, else
+        the classes its facts name, ``_not_of``), or None when it gives none or
+        several that no count settles: a question may word a step by it ("the
+        country where ABET has its headquarters")."""
+        supers = self.vocabulary.super_classes
+        counts: Counter = Counter(self.types.get(entity, ()))
+        if not counts:
+            for _, classes in self._evidence.get(entity, ()):
+                counts.update(classes)
+        specific = {
+            cls: n
+            for cls, n in counts.items()
+            if not any(cls in supers.get(other, ()) for other in counts)
+        }
+        if not specific:
+            return None
+        best = max(specific.values())
+        top = [cls for cls, n in specific.items() if n == best]
+        return top[0] if len(top) == 1 else None
 
     def edited_values(self, edit: EditTriples) -> int:
         """How many values the edited relation has for the subject in the edited

@@ -162,12 +162,14 @@ class DerivationContext:
         types: entity IRI -> its classes (domain and range checks).
         walkable: the steps (predicate, backward) a deductive walk may take over
             unchanged KG triples: those a question can word.
+        classed: predicate -> the classes its wording names (``phrase_by_class``).
     """
 
     vocabulary: Vocabulary
     aliases: Mapping[str, Sequence[str]] = field(default_factory=dict)
     types: Mapping[str, set[str]] = field(default_factory=dict)
     walkable: frozenset[Step] = frozenset()
+    classed: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def derivation_context(  # noqa: PLR0913, PLR0917 - the context's sources
@@ -199,10 +201,21 @@ def derivation_context(  # noqa: PLR0913, PLR0917 - the context's sources
     types: dict[str, set[str]] = defaultdict(set)
     for uri, kind in zip(entity_types["uri"], entity_types["type"], strict=True):
         types[uri].add(kind)
+    classes = {local_name(c): c for c in vocabulary.super_classes}
+    classed = {
+        p: frozenset(
+            classes[name]
+            for name in templates[local_name(p)]["phrase_by_class"]
+            if name in classes
+        )
+        for p in set(kg_triples["p"])
+        if "phrase_by_class" in templates.get(local_name(p), {})
+    }
     return DerivationContext(
         vocabulary,
         aliases=dict(aliases),
         types=dict(types),
+        classed=classed,
         walkable=frozenset(
             (p, key.startswith("^"))
             for p in set(kg_triples["p"])
@@ -285,6 +298,7 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and setti
         factual,
         vocabulary,
         walkable=context.walkable,
+        classed=context.classed,
         types=context.types,
         aliases=context.aliases,
         settings=deduction,
@@ -435,8 +449,10 @@ def deductive_row(
     ]
     if walk.asked == walk.steps:
         reached = [label(n) for n in nodes]
+        classes = [local_name(c) if c else None for c in item.node_classes]
     else:
         reached = [""] * (len(walk.asked) - 1) + [label(item.answer_new)]
+        classes = [None] * len(walk.asked)
     last = walk.triples[-1]
     new = {(edit.subject, p, edit.new) for p in edit.predicates}
     return {
@@ -456,8 +472,10 @@ def deductive_row(
         "answer_new_uri": item.answer_new.value,
         "chain": _json(
             [
-                [local_name(p), "in" if backward else "out", name]
-                for (p, backward), name in zip(walk.asked, reached, strict=True)
+                [local_name(p), "in" if backward else "out", name, cls]
+                for (p, backward), name, cls in zip(
+                    walk.asked, reached, classes, strict=True
+                )
             ]
         ),
         "path": _json(

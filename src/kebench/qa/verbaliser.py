@@ -140,24 +140,34 @@ class Verbaliser:
         worded, none named: ``[citizenship, capital]`` from Barack Obama gives "The
         capital of the country of citizenship of Barack Obama is".
 
-        ``chain`` holds (relation, "out" | "in", label reached). A step walked
-        backward ("in") is worded by the template of ``^relation`` when there is one
-        (``phrase``: "the country whose capital is {subject}"; ``cloze``: "{subject}
-        is the capital of"), else as "the entity whose <noun> is ..." and
-        "... is the <noun> of".
+        ``chain`` holds (relation, "out" | "in", label reached[, class reached]). A
+        step walked backward ("in") is worded by the template of ``^relation`` when
+        there is one (``phrase``: "the country whose capital is {subject}";
+        ``cloze``: "{subject} is the capital of"), else as "the entity whose <noun>
+        is ..." and "... is the <noun> of". A template's ``phrase_by_class`` words a
+        step by the class of the entity it reaches ("the country where {subject} has
+        its headquarters").
         """
         phrase = start
-        for relation, direction, _ in chain[:-1]:
-            phrase = self.step_phrase(relation, direction == "in", phrase)
-        relation, direction, _ = chain[-1]
+        for relation, direction, _, *cls in chain[:-1]:
+            phrase = self.step_phrase(
+                relation, direction == "in", phrase, cls[0] if cls else None
+            )
+        relation, direction, *_ = chain[-1]
         if direction == "in":
             return self._converse_question(relation, phrase)
         return self.question(phrase, [], relation)
 
-    def step_phrase(self, relation: str, backward: bool, subject: str) -> str:
-        """A noun phrase for the entity one step from ``subject``."""
+    def step_phrase(
+        self, relation: str, backward: bool, subject: str, cls: str | None = None
+    ) -> str:
+        """A noun phrase for the entity one step from ``subject`` (of class ``cls``,
+        when known)."""
         key = f"^{relation}" if backward else relation
         spec = self.templates.get(key, {})
+        by_class = spec.get("phrase_by_class", {})
+        if cls in by_class:
+            return by_class[cls].format(subject=subject)
         if "phrase" in spec:
             return spec["phrase"].format(subject=subject)
         if backward:
