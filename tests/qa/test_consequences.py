@@ -202,3 +202,46 @@ def test_literal_targets_and_a_kg_that_already_holds_the_new_value(semantics):
         "Eric Adams",
     )
     assert (fact["status"], fact["semantics"]) == ("entailed", semantics)
+
+
+def test_a_property_path_is_worded_step_by_step():
+    verbaliser = Verbaliser(
+        {
+            "citizenship": {"noun": "country of citizenship"},
+            "capital": {"noun": "capital"},
+            "headquarter": {
+                "noun": "headquarters",
+                "phrase": "the place where {subject} has its headquarters",
+                "phrase_by_class": {"City": "the city where {subject} is based"},
+            },
+            "^capital": {
+                "noun": "country it is the capital of",
+                "cloze": "{subject} is the capital of",
+            },
+        }
+    )
+    _, cloze, _ = verbaliser.path_question(
+        "Barack Obama",
+        [["citizenship", "out", "Canada"], ["capital", "out", "Ottawa"]],
+    )
+    assert cloze == "The capital of the country of citizenship of Barack Obama is"
+    # a step worded by the class of the entity it reaches, then a converse
+    _, cloze, _ = verbaliser.path_question(
+        "Acme",
+        [["headquarter", "out", "Ottawa", "City"], ["capital", "in", "Canada", None]],
+    )
+    assert cloze == "The city where Acme is based is the capital of"
+    _, cloze, _ = verbaliser.path_question(
+        "Acme", [["headquarter", "out", "Ottawa"], ["capital", "in", "Canada"]]
+    )
+    assert cloze == "The place where Acme has its headquarters is the capital of"
+    # a converse without a template: the generic wording, counted
+    question, cloze, source = verbaliser.path_question(
+        "Paris", [["citizenship", "in", "Coco Chanel"]]
+    )
+    assert (question, cloze, source) == (
+        "Of what is Paris the country of citizenship?",
+        "Paris is the country of citizenship of",
+        "fallback",
+    )
+    assert verbaliser.wording_used["fallback:^citizenship"] == 1

@@ -337,3 +337,37 @@ def test_the_independent_checker_passes_these_rows_and_catches_bad_ones(
         answer_new_uri=R + "Washington",
     )
     assert any("replaced" in p for p in checker.problems(stale))
+
+
+def test_a_designating_step_over_a_classed_relation_needs_its_class():
+    """ "The capital of the country where Chanel SA has its headquarters" names one
+    country; "the city where ..." would name none here (France is typed a Country),
+    and with no class a "place" could be the city or the country."""
+    hq = DBO + "headquarter"
+    world = pd.concat(
+        [WORLD, kg(("Chanel_SA", "headquarter", "France"))], ignore_index=True
+    )
+    walkable = WALKABLE | {(hq, False)}
+    types = {R + "France": {DBO + "Country"}}
+    axioms = AXIOMS + "dbo:headquarter,factual,,test\n"
+    axioms += "dbo:Country,sub_class_of,owl:Thing,test\n"
+    axioms += "dbo:City,sub_class_of,owl:Thing,test\n"
+    vocabulary = Vocabulary.from_axioms(read_axiom_table(axioms, "a.csv"))
+
+    def starts(classed):
+        frame, _ = derive_entailed_facts(
+            EDITS[EDITS["case_id"] == "c3"],
+            rules(),
+            world,
+            RELATIONS,
+            context(
+                vocabulary=vocabulary,
+                walkable=walkable,
+                types=types,
+                classed={hq: frozenset(classed)},
+            ),
+        )
+        return set(frame.loc[frame["kind"] == "composition", "subject_label"])
+
+    assert "Chanel SA" in starts({DBO + "Country", DBO + "City"})
+    assert "Chanel SA" not in starts({DBO + "City"})

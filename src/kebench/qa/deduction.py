@@ -733,31 +733,24 @@ class Deducer:
         return None
 
     def node_class(self, entity: str) -> str | None:
-        """The one most specific class the KG gives ``entity`` (its rdf:types, else
-        the classes its facts name, ``_not_of``), or None when it gives none or
-        several that no count settles: a question may word a step by it ("the
-        country where ABET has its headquarters")."""
+        """The one most specific class the KG types ``entity`` with (rdf:type), or
+        None: a question may word a step by it ("the city where Apple Inc. has its
+        headquarters"). What an untyped entity's facts say of it is evidence enough
+        to refuse a class (``_not_of``), not to name one: in the paper's DBpedia
+        subgraph Jersey would be a city."""
         supers = self.vocabulary.super_classes
-        counts: Counter = Counter(self.types.get(entity, ()))
-        if not counts:
-            for _, classes in self._evidence.get(entity, ()):
-                counts.update(classes)
-        specific = {
-            cls: n
-            for cls, n in counts.items()
-            if not any(cls in supers.get(other, ()) for other in counts)
-        }
-        if not specific:
-            return None
-        best = max(specific.values())
-        top = [cls for cls, n in specific.items() if n == best]
-        return top[0] if len(top) == 1 else None
+        types = self.types.get(entity, set())
+        specific = [
+            cls for cls in types if not any(cls in supers.get(o, ()) for o in types)
+        ]
+        return specific[0] if len(specific) == 1 else None
 
     def edited_values(self, edit: EditTriples) -> int:
         """How many values the edited relation has for the subject in the edited
-        world (more than one: every walk through the edit is additive)."""
+        world, by its predicate with fewest (more than one: every walk through the
+        edit is additive)."""
         with self.store.world(edit, use_new=True):
-            return max(
+            return min(
                 len(self.store.answers(edit.subject, [(p, False)]))
                 for p in edit.predicates
             )

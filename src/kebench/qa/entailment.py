@@ -668,8 +668,9 @@ def without_composition_reasons(
             ] += 1
         elif own.empty:
             reasons[
-                "no composition: no unchanged KG fact joins the edit, or none "
-                "changes its answer (see consequences_skipped)"
+                "no composition: no unchanged KG fact joins the edit through a step "
+                "a question words and that names one entity, or none changes its "
+                "answer (see consequences_skipped)"
             ] += 1
         else:
             kinds = ", ".join(sorted(set(own["status"])))
