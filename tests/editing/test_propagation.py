@@ -29,14 +29,19 @@ VERBALISER = Verbaliser(
 
 
 def fact(fact_id, rule_id, subject, relation, old, new, cloze):  # noqa: PLR0913, PLR0917 - one per column
+    """A mined rule's consequence: its fact is the consequence itself."""
     case_id = fact_id.split("/")[0]
     return {
         "fact_id": fact_id,
         "case_id": case_id,
+        "tier": "inductive",
+        "kind": "rule",
         "rule_id": rule_id,
         "subject_uri": R + subject.replace(" ", "_"),
         "subject_label": subject,
         "relation": relation,
+        "fact_subject_uri": R + subject.replace(" ", "_"),
+        "fact_relation": relation,
         "answer_old": old,
         "answer_old_uri": R + old.replace(" ", "_"),
         "answer_new": new,
@@ -97,6 +102,7 @@ def probes(facts: pd.DataFrame = FACTS) -> pd.DataFrame:
             "probe_id": f"{case}/direct",
             "case_id": case,
             "probe_type": "direct",
+            "tier": None,
             "subject": subject,
             "prompt": f"{subject} is a citizen of",
             "rule_id": None,
@@ -110,6 +116,7 @@ def probes(facts: pd.DataFrame = FACTS) -> pd.DataFrame:
             "probe_id": f"{row.fact_id}/q",
             "case_id": row.case_id,
             "probe_type": "entailed",
+            "tier": row.tier,
             "subject": SUBJECTS[row.case_id],
             "prompt": row.cloze,
             "rule_id": row.rule_id,
@@ -129,6 +136,7 @@ def plan(seed: int = 0, form: str = "chained", share: float = 0.5, facts=FACTS):
         probes(facts),
         verbaliser=VERBALISER,
         form=form,
+        tiers=("inductive",),
         held_out_share=share,
         seed=seed,
     )
@@ -173,7 +181,7 @@ def test_rules_sharing_a_relation_or_a_new_answer_are_grouped():
 def test_held_out_probes_share_no_rule_and_no_consequence_with_the_extra_edits(seed):
     requests, roles, excluded = plan(seed)
     reasons = dict(zip(excluded["case_id"], excluded["reason"], strict=True))
-    assert reasons["c2"] == "one rule only: nothing to hold out"
+    assert reasons["c2"] == "one derivation per tier only: nothing to hold out"
     assert reasons["c3"] == "no entailed probes"
     assert set(requests["case_id"]) == {"c1"} and set(roles["case_id"]) == {"c1"}
     keys = dict(zip(FACTS["fact_id"], consequence_keys(FACTS), strict=True))
@@ -255,11 +263,12 @@ def test_a_held_out_rule_without_probes_leaves_nothing_to_test():
             QUESTIONS,
             without_r2,
             verbaliser=VERBALISER,
+            tiers=("inductive",),
             held_out_share=0.3,
             seed=seed,
         )
         reasons |= set(excluded.loc[excluded["case_id"] == "c1", "reason"])
-    assert "no entailed probe of a held-out rule" in reasons
+    assert "no entailed probe of a held-out derivation" in reasons
 
 
 # c4 (Cate Blanchett's spouse is now Tom Hanks): its two rules share neither a
@@ -296,6 +305,7 @@ def joint_plan(seed: int):
             "probe_id": f"{row.fact_id}/q",
             "case_id": row.case_id,
             "probe_type": "entailed",
+            "tier": row.tier,
             "subject": subjects[row.case_id],
             "prompt": row.cloze,
             "rule_id": row.rule_id,
@@ -312,6 +322,7 @@ def joint_plan(seed: int):
             "probe_id": f"c1/locality/{i}",
             "case_id": "c1",
             "probe_type": "locality",
+            "tier": None,
             "subject": "Barack Obama",
             "prompt": f"The {relation} of {subject} is",
             "rule_id": None,
@@ -331,6 +342,7 @@ def joint_plan(seed: int):
             "probe_id": "c4/direct",
             "case_id": "c4",
             "probe_type": "direct",
+            "tier": None,
             "subject": "Cate Blanchett",
             "prompt": "The spouse of Cate Blanchett is",
             "rule_id": None,
@@ -345,6 +357,7 @@ def joint_plan(seed: int):
         facts[["fact_id", "case_id", "rule_id", "cloze"]],
         every,
         verbaliser=VERBALISER,
+        tiers=("inductive",),
         seed=seed,
     )
 
@@ -393,3 +406,88 @@ def test_each_case_is_edited_with_its_own_edit_first():
     assert joint[0] is direct["c1"]
     assert [r.case_id for r in joint[1:]] == list(requests["fact_id"])
     assert joint_requests(direct, requests, {"c2"}) == []
+
+
+# c1's deductive consequences: the country of Obama's birthplace (a composition whose
+# last fact is Honolulu's country) and his citizenship asked by an alias
+DEDUCED = pd.DataFrame(
+    [
+        fact(
+            "c1/d0",
+            None,
+            "Barack Obama",
+            "birthPlace/country",
+            "United States",
+            "Canada",
+            "The country of the birthplace of Barack Obama is",
+        )
+        | {
+            "tier": "deductive",
+            "kind": "composition",
+            "fact_subject_uri": R + "Honolulu",
+            "fact_relation": "country",
+        },
+        fact(
+            "c1/d1",
+            None,
+            "Obama",
+            "citizenship",
+            "United States",
+            "Canada",
+            "The country of citizenship of Obama is",
+        )
+        | {"tier": "deductive", "kind": "subject_alias"},
+    ]
+)
+
+
+def test_deductive_derivations_are_split_and_the_inductive_tier_held_out_whole():
+    facts = pd.concat([FACTS, DEDUCED], ignore_index=True)
+    # a deductive question and its probe name their derivation: kind and path
+    kinds = {
+        "c1/d0": "composition:birthPlace/country",
+        "c1/d1": "subject_alias:citizenship",
+    }
+    questions = facts[["fact_id", "case_id", "rule_id", "cloze"]].assign(
+        rule_id=lambda q: q["fact_id"].map(kinds).fillna(q["rule_id"])
+    )
+    asked = probes(facts.assign(rule_id=questions["rule_id"]))
+    propagated_kinds = set()
+    for seed in range(12):
+        requests, roles, excluded = plan_propagation(
+            ["c1"],
+            facts.drop(columns="cloze"),
+            questions,
+            asked,
+            verbaliser=VERBALISER,
+            seed=seed,
+        )
+        assert excluded.empty
+        # one deductive derivation each side; its request is its own cloze
+        (request,) = requests.itertuples()
+        assert request.tier == "deductive"
+        cloze = DEDUCED.set_index("fact_id").loc[request.fact_id, "cloze"]
+        assert request.prompt.replace("{}", request.subject) == cloze
+        assert request.subject in {"Barack Obama", "Obama"}
+        deductive = roles[roles["tier"] == "deductive"].set_index("probe_id")["role"]
+        assert sorted(deductive) == ["held_out", "propagated"]
+        propagated_kinds.add(
+            kinds[deductive[deductive == "propagated"].index[0].removesuffix("/q")]
+        )
+        # no mined rule is propagated: every inductive probe is held out (or leaks)
+        inductive = roles[roles["tier"] == "inductive"]
+        assert len(inductive) == len(FACTS[FACTS["case_id"] == "c1"])
+        assert set(inductive["role"]) <= {"held_out", "leak"}
+    assert propagated_kinds == set(kinds.values())
+
+
+def test_an_unknown_tier_is_refused():
+    with pytest.raises(ValueError, match="mitigation.propagation.tiers"):
+        plan_propagation(
+            ["c1"],
+            FACTS.drop(columns="cloze"),
+            QUESTIONS,
+            probes(),
+            verbaliser=VERBALISER,
+            tiers=("logical",),
+        )

@@ -33,11 +33,17 @@ COLUMNS = [
     "fact_relation",
     "aliases_old",
     "aliases_new",
+    "tier",
+    "kind",
+    "echo",
 ]
 
 
-def probe(probe_id, probe_type, subject, fact, answers=("x", "y")):
+def probe(probe_id, probe_type, subject, fact, answers=("x", "y"), tier="deductive"):  # noqa: PLR0913, PLR0917 - one per varied column
+    """A probe row; an entailed one is a deductive composition unless ``tier`` says
+    inductive (a mined rule's)."""
     case = probe_id.split("/")[0]
+    entailed = probe_type == "entailed"
     return {
         "probe_id": probe_id,
         "case_id": case,
@@ -55,15 +61,28 @@ def probe(probe_id, probe_type, subject, fact, answers=("x", "y")):
         "fact_relation": fact[1],
         "aliases_old": None,
         "aliases_new": None,
+        "tier": tier if entailed else None,
+        "kind": ("composition" if tier == "deductive" else "rule")
+        if entailed
+        else None,
+        "echo": False,
     }
 
 
 # A, B and C are edited in this order. A's entailed probe asks a fact that C's edit
-# implies; B's locality probe asks A's edited fact; A's multihop probe is no measure.
+# implies; B's locality probe asks A's edited fact; A's multihop probe is no measure,
+# nor is its mined rule's consequence (the lifelong Consistency is the deductive one).
 PROBES = pd.DataFrame(
     [
         probe("A/direct/0", "direct", "Alice", ("dbr:Alice", "city")),
         probe("A/entailed/0", "entailed", "Alice", ("dbr:Alice", "country")),
+        probe(
+            "A/entailed/1",
+            "entailed",
+            "Alice",
+            ("dbr:Alice", "language"),
+            tier="inductive",
+        ),
         probe("A/multihop/0", "multihop", "Alice", (None, None)),
         probe("B/direct/0", "direct", "Bob", ("dbr:Bob", "city")),
         probe("B/locality/0", "locality", "Alice", ("dbr:Alice", "city")),

@@ -331,6 +331,8 @@ def test_the_tamper_audit_asks_a_memory_edit_each_facts_question(lm):
         {
             "fact_id": ["c0/f0"],
             "case_id": ["c0"],
+            "status": ["entailed"],
+            "tier": ["inductive"],
             "subject_label": ["Lyon"],
             "relation": ["country"],
             "answer_old": ["Italy"],

@@ -2,7 +2,10 @@
 (issues 7 and 13).
 
 For each edited case, the rules that entail its consequences are split, seeded, into
-*propagated* rules and *held-out* rules. The consequences of the propagated rules become
+*propagated* rules and *held-out* rules. A "rule" is a derivation of the propagated tier
+(``mitigation.propagation.tiers``): a mined rule of the inductive tier, or a deductive
+kind and property path (``composition:birthPlace/country``); a tier left out is held
+out whole. The consequences of the propagated rules become
 extra edit requests, made together with the case's own edit (a MEMIT batch, or
 sequential ROME/FT). Consistency is then measured on the entailed probes of the
 held-out rules only, so nothing the extra edits were made from is tested:
@@ -287,12 +290,13 @@ def plan_propagation(  # noqa: PLR0913 - the plan's inputs and settings
             np.where(leaked, "leak", "held_out"),
         )
         if not (role == "held_out").any():
-            excluded.append(
-                (
-                    case_id,
-                    "every held-out probe shares a consequence with an extra edit",
-                )
-            )
+            if (role == "leak").any():
+                reason = "every held-out probe shares a consequence with an extra edit"
+            elif not held_out:
+                reason = "one derivation per tier only: nothing to hold out"
+            else:
+                reason = "no entailed probe of a held-out derivation"
+            excluded.append((case_id, reason))
             continue
         requests += extra
         overlap = np.where(role == "held_out", _overlap(asked, made), None)

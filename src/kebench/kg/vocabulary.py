@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -382,6 +383,17 @@ def entity_types_query(entities: Iterable[str]) -> str:
         + values_block("e", (iri_term(e) for e in entities))
         + f" ?e {iri_term(RDF_TYPE)} ?type . FILTER(isIRI(?type)) }}"
     )
+
+
+def kg_entities(kg_triples: pd.DataFrame) -> set[str]:
+    """The KG's entities: its subjects and its objects that are no literal."""
+    return set(kg_triples["s"]) | set(kg_triples.loc[~kg_triples["o_is_literal"], "o"])
+
+
+def vocabulary_queries(n_entities: int, batch_size: int) -> int:
+    """The queries ``fetch_kg_axioms`` (one) and ``fetch_entity_types`` (one per
+    batch of ``n_entities``) send."""
+    return 1 + math.ceil(n_entities / batch_size)
 
 
 def fetch_entity_types(

@@ -20,7 +20,12 @@ from kebench.kg.mentions import (
 )
 from kebench.kg.neighbourhood import fetch_neighbourhood
 from kebench.kg.sparql import SparqlEndpoint
-from kebench.kg.vocabulary import fetch_entity_types, fetch_kg_axioms
+from kebench.kg.vocabulary import (
+    fetch_entity_types,
+    fetch_kg_axioms,
+    kg_entities,
+    vocabulary_queries,
+)
 from kebench.schemas import EDIT_REQUESTS
 
 logger = logging.getLogger(__name__)
@@ -117,11 +122,8 @@ def fetch_types(
 ) -> pd.DataFrame:
     """``entity_types``: the rdf:type classes of the KG's entities (domain and range
     checks of the deductive tier)."""
-    entities = set(kg_triples["s"]) | set(
-        kg_triples.loc[~kg_triples["o_is_literal"], "o"]
-    )
     return fetch_entity_types(
-        entities, sparql_endpoint, params["neighbourhood"]["batch_size"]
+        kg_entities(kg_triples), sparql_endpoint, params["neighbourhood"]["batch_size"]
     )
 
 
@@ -142,12 +144,14 @@ def report_kg_coverage(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     entity_links: pd.DataFrame,
     kg_triples: pd.DataFrame,
     entity_aliases: pd.DataFrame,
+    entity_types: pd.DataFrame,
+    kg_axioms: pd.DataFrame,
     sparql_endpoint: SparqlEndpoint,
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """Coverage of the built KG: linked subjects, triples per entity, the aliases of
-    answers and edited subjects, and the queries sent (building the KG, and fetching
-    the aliases)."""
+    answers and edited subjects, typed entities and the KG's own axioms, and the
+    queries sent (building the KG, fetching the aliases, the types and axioms)."""
     linked = entity_links.dropna(subset=["uri"])
     n_entities = linked["uri"].nunique()
     subjects = edit_requests["subject"].drop_duplicates()
@@ -157,7 +161,13 @@ def report_kg_coverage(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     subject_uris = set(edit_requests["subject_uri"].dropna())
     # names other than the entity's own labels: redirects' and sameAs resources'
     other_names = set(entity_aliases.loc[entity_aliases["via"] != "label", "uri"])
-    build_queries = sparql_endpoint.queries_sent - alias_queries
+    entities = kg_entities(kg_triples)
+    type_and_axiom_queries = vocabulary_queries(
+        len(entities), params["neighbourhood"]["batch_size"]
+    )
+    build_queries = (
+        sparql_endpoint.queries_sent - alias_queries - type_and_axiom_queries
+    )
     report = {
         "endpoint": sparql_endpoint.name,
         "edit_requests": len(edit_requests),
@@ -176,8 +186,13 @@ def report_kg_coverage(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         "aliased_entities_with_aliases": int(entity_aliases["uri"].nunique()),
         "edited_subjects_with_other_names": len(subject_uris & other_names),
         "aliases_by_kind": entity_aliases["via"].value_counts().to_dict(),
+        "typed_entities_pct": round(
+            100.0 * len(entities & set(entity_types["uri"])) / len(entities), 2
+        ),
+        "kg_axioms": len(kg_axioms),
         "sparql_queries": sparql_endpoint.queries_sent,
         "alias_queries": alias_queries,
+        "type_and_axiom_queries": type_and_axiom_queries,
         # the KG's own queries (linking, neighbourhood) per linked entity
         "queries_per_linked_entity": round(build_queries / n_entities, 4),
     }

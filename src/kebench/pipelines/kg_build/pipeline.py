@@ -98,6 +98,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "entity_links",
                     "kg_triples",
                     "entity_aliases",
+                    "entity_types",
+                    "kg_axioms",
                     "sparql_endpoint",
                     "params:kg_build",
                 ],
