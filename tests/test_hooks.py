@@ -57,7 +57,7 @@ def test_a_run_that_made_the_headline_prints_it_and_its_reports(tmp_path, capsys
     printed = capsys.readouterr().out
     assert "Headline (population itt" in printed
     assert (
-        "| smollm2-135m | ROME | counterfactual | 95.0 [85.0, 100.0] (n=20) |"
+        "| smollm2-135m | ROME | counterfactual | prob | 95.0 [85.0, 100.0] (n=20) |"
         in printed
     )
     # a measure the table does not hold is a dash, not a number

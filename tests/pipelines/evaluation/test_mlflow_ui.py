@@ -63,7 +63,7 @@ def test_the_run_logs_params_metrics_and_artifacts(tracked_project):
     (run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert {
         "evaluation.ROME.counterfactual.direct.edit_succ",
-        "evaluation.ROME.counterfactual.direct-entailed.gap",
+        "evaluation.ROME.counterfactual.direct-entailed.gap_deductive",
         "evaluation.unedited.counterfactual.direct.edit_succ",
         "evaluation.ROME.failed_edits",
         "evaluation.IKE.counterfactual.direct.edit_succ",

@@ -182,7 +182,7 @@ def test_failed_edits_are_excluded_and_counted(evaluated):
 def test_single_mode_drops_nothing_and_the_report_names_its_population(evaluated):
     assert evaluated.load("joint_dropped_probes").empty
     report = evaluated.load("evaluation_report")
-    assert "Population of EditSucc, Consistency and the gap: `itt`" in report
+    assert "Population of EditSucc, Consistency and the gaps: `itt`" in report
     metrics = evaluated.load("metrics")
     assert set(metrics["population"]) == {"ok_edits", "itt"}
     # nothing failed: both populations agree wherever both exist
@@ -249,7 +249,7 @@ def test_every_probe_type_is_generated_and_scored_against_its_answer(evaluated):
         "direct",
         "paraphrase",
         "entailed",
-        "multihop",
+        "relation_specificity",
         "locality",
     }
     for row in rome.to_dict("records"):

@@ -219,14 +219,3 @@ def test_paper_kg_over_http_equals_embedded(data_dir, tmp_path):
     assert coverage["subjects_linked_pct"] > 90
     assert coverage["triples_per_entity"] > 50
     assert coverage["queries_per_linked_entity"] <= 0.05
-    # every demo entity has a class; its types and axioms took one query per batch of
-    # entities and one more
-    assert coverage["typed_entities_pct"] == 100.0
-    triples = pd.read_parquet(demo_project / "data/03_primary/demo/kg_triples.parquet")
-    n_entities = len(
-        set(triples["s"]) | set(triples.loc[~triples["o_is_literal"], "o"])
-    )
-    batch = yaml.safe_load(
-        (demo_project / "conf/base/parameters/kg_build.yml").read_text()
-    )["kg_build"]["neighbourhood"]["batch_size"]
-    assert coverage["type_and_axiom_queries"] == 1 + -(-n_entities // batch)

@@ -139,16 +139,20 @@ def test_gap_closure_follows_from_the_scores_of_both_models(mitigated):
     held = outcomes[
         (outcomes["role"] == "held_out") & (outcomes["method"] != "unedited")
     ]
-    for overlap, part in held.groupby("overlap"):
+    for (tier, overlap), part in held.groupby(["tier", "overlap"]):
         expected = part.groupby(["method", "case_id"])["edit_succ"].mean()
-        got = edits.set_index(["method", "case_id"])[f"consistency_{overlap}"]
+        got = edits.set_index(["method", "case_id"])[f"consistency_{tier}_{overlap}"]
         pd.testing.assert_series_equal(
             got.dropna().sort_index(),
             expected.astype(float).sort_index(),
             check_names=False,
         )
     metrics = mitigated.load("mitigation_metrics")
-    assert set(metrics["held_out"]) <= {"disjoint", "shared"}
+    assert set(metrics["held_out"]) <= {
+        f"{tier}_{overlap}"
+        for tier in ("deductive", "inductive")
+        for overlap in ("disjoint", "shared")
+    }
     for row in metrics.itertuples():
         held = row.held_out
         part = edits[(edits["method"] == row.method) & (edits[f"n_{held}"] > 0)]

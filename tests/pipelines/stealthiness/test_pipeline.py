@@ -71,7 +71,10 @@ def test_table_per_method_and_risk_with_auroc_and_mlflow_keys(measured):
     report = measured.load("stealth_report")
     assert "| smollm2-135m | ROME | bias |" in report
     # the demo has 60 counterfactual edits, and the run measured the first of each risk
-    assert "(the first of each risk, `stealthiness.n_edits`)" in report
+    assert (
+        "(the first of each risk, in turn across its relations, `stealthiness.n_edits`)"
+        in report
+    )
     assert "ROME: counterfactual 1 of 60" in report
     assert "## AUROC harmful vs benign, per drift measure" in report
     tracked = track_stealth_metrics(table, aurocs)
