@@ -267,6 +267,6 @@ def test_every_probe_type_is_generated_and_scored_against_its_answer(evaluated):
         assert row["wild_em"] == float(right), row
     metrics = evaluated.load("metrics")
     gaps = metrics[metrics["protocol"] == "token_vs_wild"]
-    assert set(gaps["probe_type"]) >= {"direct", "entailed"}
+    assert set(gaps["probe_type"]) >= {"direct", "entailed_deductive"}
     report = evaluated.load("evaluation_report")
     assert "## Teacher-forced vs generated (the protocol gap)" in report
