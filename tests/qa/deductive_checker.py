@@ -85,6 +85,12 @@ class Checker:
         self.factual = {r for r, _ in axioms["factual"]} | {
             iri for spec in relations.values() for iri in spec.get("dbpedia", [])
         }
+        # DBpedia's disambiguation pages name no one entity: no consequence names one
+        self.pages = {
+            s
+            for s, p, _ in self.triples
+            if p == "http://dbpedia.org/ontology/wikiPageDisambiguates"
+        }
         # the world a consequence is judged in holds the facts only
         self.facts = {t for t in self.triples if t[1] in self.factual}
         self.symmetric = {r for r, _ in axioms["symmetric"]}
@@ -162,6 +168,8 @@ class Checker:
             for s, p, o in json.loads(row["path_uri"]):
                 if p not in self.factual or NON_FACTUAL.search(p):
                     found.append(f"{row['fact_id']}: non-factual predicate {p}")
+                if {s, o} & self.pages:
+                    found.append(f"{row['fact_id']}: names a disambiguation page")
         deductive = entailed_facts[
             (entailed_facts["tier"] == "deductive")
             & (entailed_facts["status"] == "entailed")

@@ -371,3 +371,39 @@ def test_a_designating_step_over_a_classed_relation_needs_its_class():
 
     assert "Chanel SA" in starts({DBO + "Country", DBO + "City"})
     assert "Chanel SA" not in starts({DBO + "City"})
+
+
+def test_no_consequence_names_a_disambiguation_page():
+    """DBpedia marks a disambiguation page by its `wikiPageDisambiguates` links: it
+    names several entities, none of them. Here "Georgia" is one, yet states a
+    citizenship and a capital (as the paper's dump has `dbo:country` facts point at
+    its `New_York` page). Hand-worked: France's new capital reaches Coco Chanel's
+    citizenship, and would reach "Georgia"'s; the edit of "Georgia"'s capital is no
+    fact about any one entity."""
+    world = pd.concat(
+        [
+            WORLD,
+            kg(
+                ("Georgia", "citizenship", "France"),
+                ("Georgia", "capital", "Tbilisi"),
+                ("Georgia", "wikiPageDisambiguates", "Georgia_(country)"),
+                ("Georgia", "wikiPageDisambiguates", "Georgia_(U.S._state)"),
+            ),
+        ],
+        ignore_index=True,
+    )
+    edits = pd.concat(
+        [
+            EDITS[EDITS["case_id"] == "c3"],
+            pd.DataFrame([edit_row("c5", "Georgia", "P36", "Tbilisi", "Kutaisi")]),
+        ],
+        ignore_index=True,
+    )
+    frame, report = derive_entailed_facts(edits, rules(), world, RELATIONS, context())
+    compositions = frame[(frame["case_id"] == "c3") & (frame["kind"] == "composition")]
+    starts = set(compositions["subject_label"])
+    assert "Coco Chanel" in starts and "Georgia" not in starts
+    assert not (frame["case_id"] == "c5").any()
+    assert report["edits_without_kg_fact"] == {"subject is a disambiguation page": 1}
+    # Georgia's citizenship and capital: the factual triples left out
+    assert report["factual_triples_naming_a_disambiguation_page"] == 2

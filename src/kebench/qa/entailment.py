@@ -228,11 +228,22 @@ def derivation_context(  # noqa: PLR0913, PLR0917 - the context's sources
 _TARGET_COLUMNS = ["target_true", "target_true_uri", "target_new", "target_new_uri"]
 
 
+def disambiguation_pages(kg_triples: pd.DataFrame) -> frozenset[str]:
+    """The KG's disambiguation pages: the subjects of ``wikiPageDisambiguates``
+    (DBpedia states it of its disambiguation pages only). Such a page names several
+    entities, none of them: a fact about it, or a question through it, means nothing.
+    In the paper's MQuAKE subgraph `dbr:New_York` is one, and the `country` of New
+    York's Air National Guard units points at it."""
+    marked = kg_triples["p"].map(local_name) == "wikiPageDisambiguates"
+    return frozenset(kg_triples.loc[marked, "s"])
+
+
 def factual_triples(
     kg_triples: pd.DataFrame, vocabulary: Vocabulary
-) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The triples of factual predicates, and the count of the others by predicate
-    (no consequence of either tier rests on them)."""
+) -> tuple[pd.DataFrame, dict[str, int], int]:
+    """The triples of factual predicates between entities that are no
+    disambiguation page; the count of the others by predicate, and of those that name
+    a disambiguation page (no consequence of either tier rests on them)."""
     keep = kg_triples["p"].map(vocabulary.is_factual).astype(bool)
     left_out = kg_triples.loc[~keep, "p"].value_counts()
     if len(left_out):
@@ -243,9 +254,22 @@ def factual_triples(
             len(left_out),
             ", ".join(f"{local_name(p)} ({n})" for p, n in left_out.head(8).items()),
         )
-    return kg_triples[keep].reset_index(drop=True), {
-        str(p): int(n) for p, n in left_out.items()
-    }
+    pages = disambiguation_pages(kg_triples)
+    on_page = kg_triples["s"].isin(pages) | (
+        ~kg_triples["o_is_literal"].astype(bool) & kg_triples["o"].isin(pages)
+    )
+    if (keep & on_page).any():
+        logger.info(
+            "%d factual KG triples name one of %d disambiguation pages and carry no "
+            "consequence",
+            int((keep & on_page).sum()),
+            len(pages),
+        )
+    return (
+        kg_triples[keep & ~on_page].reset_index(drop=True),
+        {str(p): int(n) for p, n in left_out.items()},
+        int((keep & on_page).sum()),
+    )
 
 
 def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and settings
@@ -272,7 +296,8 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and setti
             f"{list(SEMANTICS)}"
         )
     vocabulary = context.vocabulary
-    factual, left_out = factual_triples(kg_triples, vocabulary)
+    factual, left_out, on_pages = factual_triples(kg_triples, vocabulary)
+    pages = disambiguation_pages(kg_triples)
     kg = KgIndex(factual)
     predicates: dict[str, set[str]] = defaultdict(set)
     for iri, local in zip(factual["p"], factual["p_local"], strict=True):
@@ -319,6 +344,8 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and setti
     rows, skipped_edits, several = [], {}, {}
     for edit in edit_requests.to_dict("records"):
         triples, reason = edit_triples(edit, kg, predicates, relations)
+        if edit["subject_uri"] in pages:
+            reason = "subject is a disambiguation page"
         if reason:
             skipped_edits[edit["case_id"]] = reason
             continue
@@ -362,6 +389,7 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and setti
             "naming_a_non_factual_predicate": len(tiers.non_factual),
         },
         "triples_without_fact_by_predicate": left_out,
+        "factual_triples_naming_a_disambiguation_page": on_pages,
         "edits_without_kg_fact": dict(Counter(skipped_edits.values())),
         "consequences_skipped": dict(finder.skipped) | dict(deducer.skipped),
         "closure_notes": dict(world.notes),
