@@ -71,8 +71,10 @@ def edit_triples(
     kg: KgIndex,
     predicates: Mapping[str, set[str]],
     relations: Mapping[str, Mapping[str, Any]],
+    pages: frozenset[str] = frozenset(),
 ) -> tuple[EditTriples | None, str | None]:
-    """The edit as KG triples (``EditTriples``), or the reason it cannot be one.
+    """The edit as KG triples (``EditTriples``), or the reason it cannot be one
+    (``pages``: the KG's disambiguation pages, which no edit's subject may be).
 
     A target that was not linked to an entity is matched as a literal (DBpedia often
     states heads of government as plain names). Among the factual KG predicates of
@@ -81,6 +83,8 @@ def edit_triples(
     """
     if not isinstance(edit["subject_uri"], str):
         return None, "subject not linked to the KG"
+    if edit["subject_uri"] in pages:
+        return None, "subject is a disambiguation page"
     if not isinstance(edit["target_true"], str):
         # Both tiers compare the world before the edit, where (subject, relation)
         # has the old value, with the world after it.
@@ -93,8 +97,7 @@ def edit_triples(
     candidates = [
         r for r in edit_relations(edit["relation_id"], relations) if r in kg.relations()
     ]
-    if not candidates:
-        return None, "relation has no factual KG predicate"
+    # no candidate leaves no predicate IRI below: "relation has no factual KG predicate"
     stated = [
         r for r in candidates if kg.objects(subject, r) & {old, new}
     ] or candidates
@@ -239,11 +242,12 @@ def disambiguation_pages(kg_triples: pd.DataFrame) -> frozenset[str]:
 
 
 def factual_triples(
-    kg_triples: pd.DataFrame, vocabulary: Vocabulary
+    kg_triples: pd.DataFrame, vocabulary: Vocabulary, pages: frozenset[str]
 ) -> tuple[pd.DataFrame, dict[str, int], int]:
     """The triples of factual predicates between entities that are no
-    disambiguation page; the count of the others by predicate, and of those that name
-    a disambiguation page (no consequence of either tier rests on them)."""
+    disambiguation page (``pages``); the count of the others by predicate, and of
+    those that name a disambiguation page (no consequence of either tier rests on
+    them)."""
     keep = kg_triples["p"].map(vocabulary.is_factual).astype(bool)
     left_out = kg_triples.loc[~keep, "p"].value_counts()
     if len(left_out):
@@ -254,7 +258,6 @@ def factual_triples(
             len(left_out),
             ", ".join(f"{local_name(p)} ({n})" for p, n in left_out.head(8).items()),
         )
-    pages = disambiguation_pages(kg_triples)
     on_page = kg_triples["s"].isin(pages) | (
         ~kg_triples["o_is_literal"].astype(bool) & kg_triples["o"].isin(pages)
     )
@@ -296,8 +299,8 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and setti
             f"{list(SEMANTICS)}"
         )
     vocabulary = context.vocabulary
-    factual, left_out, on_pages = factual_triples(kg_triples, vocabulary)
     pages = disambiguation_pages(kg_triples)
+    factual, left_out, on_pages = factual_triples(kg_triples, vocabulary, pages)
     kg = KgIndex(factual)
     predicates: dict[str, set[str]] = defaultdict(set)
     for iri, local in zip(factual["p"], factual["p_local"], strict=True):
@@ -343,9 +346,7 @@ def derive_entailed_facts(  # noqa: PLR0913, PLR0915, PLR0917 - inputs and setti
     stored = StoredPredicates.of(factual)
     rows, skipped_edits, several = [], {}, {}
     for edit in edit_requests.to_dict("records"):
-        triples, reason = edit_triples(edit, kg, predicates, relations)
-        if edit["subject_uri"] in pages:
-            reason = "subject is a disambiguation page"
+        triples, reason = edit_triples(edit, kg, predicates, relations, pages)
         if reason:
             skipped_edits[edit["case_id"]] = reason
             continue
