@@ -20,6 +20,14 @@ at the pipeline's batch size, and one sequence at a time), ``drift_s_per_edit``,
 ``drift_one_by_one_s_per_edit``, ``drift_speedup``; after an IKE-style prefix, which
 runs once through the KV cache, ``drift_ike_prefix_s_per_edit``; and the work itself:
 ``drift_sequences_per_edit``, ``drift_tokens_per_edit``, ``drift_tokens_per_s``.
+
+Drift against this machine's limit (issue 41): ``matmul_peak_flops_per_s``, the best
+rate of ``torch.matmul`` on square matrices of the model's dtype (n = 2048 and 4096,
+all threads), measured in the same run; ``drift_model_flops_per_s``, 2 x parameters x
+the tokens the model forwarded during the batched drift measures (counted by a forward
+pre-hook on the model: the non-padding positions of each call's input ids, so a KV
+cache's past counts once) / seconds; and ``drift_peak_ratio``, their quotient. Target
+>= 0.7.
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ import resource
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import torch
 
 # Kedro's rich logging writes to stdout; keep stdout for the one JSON object.
 with contextlib.redirect_stdout(sys.stderr):
@@ -83,6 +93,39 @@ IKE_PREFIX = (
 )
 
 
+def matmul_peak(dtype: torch.dtype, sizes=(2048, 4096), repeats: int = 5) -> float:
+    """The best FLOP/s of ``torch.matmul`` on n x n matrices, all threads."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        torch.matmul(a, b)  # warm-up
+        for _ in range(repeats):
+            started = time.perf_counter()
+            torch.matmul(a, b)
+            best = max(best, 2 * n**3 / (time.perf_counter() - started))
+    return best
+
+
+@contextmanager
+def forwarded_tokens(model: torch.nn.Module):
+    """Count the non-padding input positions of every forward call of ``model``."""
+    count = [0]
+
+    def hook(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            return
+        mask = kwargs.get("attention_mask")
+        length = ids.shape[-1]
+        count[0] += int(mask[:, -length:].sum()) if mask is not None else ids.numel()
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield count
+    finally:
+        handle.remove()
+
+
 def time_drift(lm, scratch: Path) -> dict:
     """One edit's drift measures (stealthiness's general sets), batched as the
     pipeline runs them and one sequence at a time; and batched after an in-context
@@ -106,9 +149,15 @@ def time_drift(lm, scratch: Path) -> dict:
         ("one_by_one", 1, ""),
         ("batched_ike_prefix", int(params["batch_size"]), IKE_PREFIX),
     ):
-        started = time.perf_counter()
-        measure_capability(lm, sets, prefix, size)
-        seconds[name] = time.perf_counter() - started
+        with forwarded_tokens(lm.model) as forwarded:
+            started = time.perf_counter()
+            measure_capability(lm, sets, prefix, size)
+            seconds[name] = time.perf_counter() - started
+        if name == "batched":
+            forwarded_batched = forwarded[0]
+    parameters = sum(p.numel() for p in lm.model.parameters())
+    model_flops = 2 * parameters * forwarded_batched / seconds["batched"]
+    peak = matmul_peak(next(lm.model.parameters()).dtype)
     return {
         "drift_s_per_edit": round(seconds["batched"], 2),
         "drift_one_by_one_s_per_edit": round(seconds["one_by_one"], 2),
@@ -119,6 +168,10 @@ def time_drift(lm, scratch: Path) -> dict:
         "drift_sequences_per_edit": len(sets.texts)
         + len(sets.prompts)
         + len(sets.probes),
+        "drift_forwarded_tokens_per_edit": forwarded_batched,
+        "drift_model_flops_per_s": round(model_flops),
+        "matmul_peak_flops_per_s": round(peak),
+        "drift_peak_ratio": round(model_flops / peak, 3),
     }
 
 

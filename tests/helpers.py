@@ -148,3 +148,35 @@ def plain_logprob(lm, prompt: str, answer: str) -> float:
         float(logprobs[len(prompt_ids) - 1 + i, token])
         for i, token in enumerate(answer_ids)
     )
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def headless_chromium(url: str, profile: Path, *output: str) -> str:
+    """Open ``url`` in headless Chromium (Debian's package) with a fresh profile, let
+    its scripts run, and return what it prints: ``--dump-dom`` prints the rendered
+    page, ``--screenshot=<file>`` writes one."""
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,900",
+            "--virtual-time-budget=20000",
+            *output,
+            url,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.stdout

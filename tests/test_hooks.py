@@ -1,13 +1,24 @@
-"""The project's hooks: the summary a run prints at its end."""
+"""The project's hooks: the summary a run prints at its end, the upstream pipelines a
+run makes first, and an error the user can act on as one paragraph."""
 
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
-from kedro.io import DataCatalog
+import pytest
+from kedro.io import DataCatalog, DatasetError
 from kedro.pipeline import Node, Pipeline
 
 from kebench.datasets import AtomicCSVDataset, AtomicTextDataset
-from kebench.hooks import RunSummaryHook
+from kebench.hooks import (
+    LOG_FILE,
+    RunError,
+    RunSummaryHook,
+    UpstreamOutputsHook,
+    user_error,
+)
+from kebench.kg.vocabulary import AxiomError, read_axiom_table
 
 
 def _identity(value):
@@ -72,3 +83,76 @@ def test_a_run_without_the_headline_prints_nothing(tmp_path, capsys):
     capsys.readouterr()  # Kedro's log of the saves, where an earlier test set it up
     RunSummaryHook().after_pipeline_run(pipeline=other, catalog=catalog)
     assert capsys.readouterr().out == ""
+
+
+def _plus_one(table: pd.DataFrame) -> pd.DataFrame:
+    return table.assign(x=table["x"] + 1)
+
+
+def test_what_a_pipeline_reads_from_others_is_made_first_and_only_when_missing(
+    tmp_path,
+):
+    """raw -> (build) -> built -> (probe) -> probed -> (score) -> scored: running
+    ``score`` alone first runs ``build`` and ``probe``; with ``built`` stored, only
+    ``probe``."""
+
+    def csv(name: str) -> AtomicCSVDataset:
+        return AtomicCSVDataset(filepath=str(tmp_path / f"{name}.csv"))
+
+    registry = {
+        "build": Pipeline([Node(_plus_one, "raw", "built", name="build")]),
+        "probe": Pipeline([Node(_plus_one, "built", "probed", name="probe")]),
+        "score": Pipeline([Node(_plus_one, "probed", "scored", name="score")]),
+    }
+    catalog = DataCatalog({n: csv(n) for n in ("raw", "built", "probed", "scored")})
+    catalog.save("raw", pd.DataFrame({"x": [1, 2]}))
+    hook = UpstreamOutputsHook(lambda: registry)
+    hook.before_pipeline_run(pipeline=registry["score"], catalog=catalog)
+    assert list(catalog.load("probed")["x"]) == [3, 4]
+    # stored upstream outputs are not made again
+    catalog.save("built", pd.DataFrame({"x": [10]}))
+    (tmp_path / "probed.csv").unlink()
+    hook.before_pipeline_run(pipeline=registry["score"], catalog=catalog)
+    assert list(catalog.load("probed")["x"]) == [11]
+    assert list(catalog.load("built")["x"]) == [10]
+    assert not catalog.exists("scored")  # the requested pipeline is Kedro's to run
+
+
+def test_an_upstream_failure_is_one_paragraph_naming_what_ran(tmp_path):
+    registry = {
+        "build": Pipeline([Node(_plus_one, "raw", "built", name="build")]),
+        "score": Pipeline([Node(_plus_one, "built", "scored", name="score")]),
+    }
+    catalog = DataCatalog(
+        {
+            name: AtomicCSVDataset(filepath=str(tmp_path / f"{name}.csv"))
+            for name in ("raw", "built", "scored")
+        }
+    )
+    with pytest.raises(RunError, match=r"while running build first: .*raw"):
+        UpstreamOutputsHook(lambda: registry).before_pipeline_run(
+            pipeline=registry["score"], catalog=catalog
+        )
+
+
+def test_an_error_the_user_can_act_on_is_a_paragraph_and_others_are_not(
+    tmp_path, caplog
+):
+    axioms = "axioms.csv"
+    with pytest.raises(AxiomError) as raised:  # kebench's own message
+        read_axiom_table("relation,axiom,value,source\ndbo:capital,nope,,x\n", axioms)
+    with caplog.at_level(logging.ERROR, logger="kebench.tracebacks"):
+        paragraph = user_error(raised.value, "running node read_axioms")
+    assert isinstance(paragraph, RunError)
+    message = paragraph.format_message()
+    assert message.startswith("kedro run stopped while running node read_axioms: ")
+    assert "axioms.csv:2: unknown axiom 'nope'" in message and LOG_FILE in message
+    assert "Traceback" not in message
+    # the traceback is logged (to the log file, conf/logging.yml)
+    (record,) = caplog.records
+    assert record.exc_info[1] is raised.value
+
+    assert user_error(DatasetError("cannot load x.csv"), "running") is not None
+    with pytest.raises(ZeroDivisionError) as bug:  # not kebench's, not input: a bug
+        _ = 1 / 0
+    assert user_error(bug.value, "running") is None

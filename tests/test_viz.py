@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,9 +13,7 @@ from kedro.framework.startup import bootstrap_project
 from kebench.kg.oxigraph_server import stop_process_group
 from kebench.pipelines import NOT_IN_DEFAULT
 from kebench.project import PROJECT_ROOT
-from tests.helpers import free_port, start_server
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from tests.helpers import CHROMIUM, free_port, headless_chromium, start_server
 
 
 def start_viz(log_path: Path) -> tuple[subprocess.Popen, str]:
@@ -78,25 +75,5 @@ def test_api_lists_every_pipeline_and_node(viz_server):
 def test_headless_chromium_renders_the_lineage(viz_server, tmp_path):
     url, _ = viz_server
     shot = tmp_path / "viz.png"
-    subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1400,900",
-            "--virtual-time-budget=15000",
-            f"--screenshot={shot}",
-            url,
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    headless_chromium(url, tmp_path / "profile", f"--screenshot={shot}")
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one

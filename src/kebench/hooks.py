@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import click
 from kedro.framework.hooks import hook_impl
-from kedro.io import DataCatalog
-from kedro.pipeline import Pipeline
+from kedro.io import DataCatalog, DatasetError
+from kedro.pipeline import Node, Pipeline
+from kedro.runner import SequentialRunner
+from pandera.errors import SchemaError, SchemaErrors
 
+import kebench
 import kebench.pipelines
 from kebench.pipelines import NOT_IN_DEFAULT
+
+logger = logging.getLogger(__name__)
+# conf/logging.yml sends this logger to the log file only: the traceback of an error
+# that prints as a paragraph
+traceback_log = logging.getLogger("kebench.tracebacks")
+LOG_FILE = "logs/kebench.log"
 
 
 def all_pipelines() -> dict[str, Pipeline]:
@@ -25,10 +39,6 @@ def all_pipelines() -> dict[str, Pipeline]:
         ).create_pipeline()
         for module in pkgutil.iter_modules(package.__path__)
     }
-
-
-class MissingInputsError(RuntimeError):
-    """A pipeline was run before the pipelines that produce its inputs."""
 
 
 def missing_upstream(
@@ -73,31 +83,162 @@ def missing_upstream(
 
 
 class UpstreamOutputsHook:
-    """Before a run, check that inputs made by other pipelines exist, and say which
-    pipelines to run first when they do not (e.g. evaluation on a fresh clone)."""
+    """Before a run, make what it reads from other pipelines and what is not stored
+    yet: those pipelines run first, on the run's own catalog and parameters. So
+    `kedro run --pipelines=evaluation --params dataset=<source>` builds the source's KG,
+    mines its rules and writes its probes when they are missing, and skips them when
+    they are stored. Each pipeline resumes from what it stored (edits, score shards)."""
+
+    def __init__(
+        self, registry: Callable[[], dict[str, Pipeline]] = all_pipelines
+    ) -> None:
+        self._registry = registry
 
     @hook_impl
-    def before_pipeline_run(
-        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
-    ) -> None:
+    def before_pipeline_run(self, pipeline: Pipeline, catalog: DataCatalog) -> None:
         # a pipeline outside the default run (lifelong) is never the one to run first
         producers = {
             name: registered
-            for name, registered in all_pipelines().items()
+            for name, registered in self._registry().items()
             if name not in NOT_IN_DEFAULT
         }
         missing, needed = missing_upstream(pipeline, catalog, producers)
-        if missing:
-            details = "; ".join(
-                f"{d} (from {', '.join(p)})" for d, p in missing.items()
-            )
-            extra = run_params.get("runtime_params") or {}
-            params = ",".join(f"{k}={v}" for k, v in extra.items())
-            suffix = f" --params={params}" if params else ""
-            raise MissingInputsError(
-                f"these inputs have not been produced yet: {details}. Run first: "
-                f"kedro run --pipelines={','.join(needed)}{suffix}"
-            )
+        if not missing:
+            return
+        logger.info(
+            "not stored yet: %s; running %s first",
+            ", ".join(missing),
+            " then ".join(needed),
+        )
+        # one pipeline of them all: a node two of them share (editing's, inside
+        # evaluation) runs once
+        upstream = sum((producers[name] for name in needed), Pipeline([]))
+        # the run's own hooks (MLflow's run, this hook) stay with the requested pipeline
+        try:
+            SequentialRunner().run(upstream, catalog)
+        except Exception as error:
+            # Kedro calls on_pipeline_error only for the requested pipeline's nodes
+            raise user_error(error, f"running {' then '.join(needed)} first") or error
+
+
+class RunError(click.ClickException):
+    """An error the user can act on, printed as its paragraph alone (Kedro's command
+    line shows a click exception's message, with no traceback panel)."""
+
+    def show(self, file=None) -> None:
+        click.secho(self.format_message(), err=True, fg="red")
+
+
+# Errors that come from the run's input: a dataset that cannot load, a missing file, a
+# table that breaks its schema. Any other error kebench raises itself carries a
+# message written for the user; an error raised inside a library keeps its traceback.
+INPUT_ERRORS = (DatasetError, FileNotFoundError, SchemaError, SchemaErrors)
+
+
+def user_error(error: BaseException, where: str) -> RunError | None:
+    """``error`` as one paragraph naming ``where`` it happened, when the user can act
+    on it (its traceback goes to the log file); None for any other error."""
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = bool(frames) and Path(frames[-1].filename).is_relative_to(
+        Path(kebench.__file__).parent
+    )
+    if not (isinstance(error, INPUT_ERRORS) or ours):
+        return None
+    Path(LOG_FILE).parent.mkdir(exist_ok=True)
+    traceback_log.error("%s failed", where, exc_info=error)
+    return RunError(
+        f"kedro run stopped while {where}: {error}\n(The traceback is in {LOG_FILE}.)"
+    )
+
+
+class UserErrorHook:
+    """A run stopped by an error the user can act on prints one paragraph: what ran,
+    the error's message, where the traceback is. Other errors keep Kedro's panel."""
+
+    def __init__(self) -> None:
+        self._current_node: str | None = None
+
+    @hook_impl
+    def after_context_created(self) -> None:
+        """Errors before any node runs (a model folder that does not exist, met when
+        the catalog is made) reach Python's excepthook, which Kedro's rich handler
+        prints as a panel: the paragraph goes first there too."""
+        if getattr(sys.excepthook, "prints_user_errors", False):
+            return
+        previous = sys.excepthook
+
+        def excepthook(kind, error, trace) -> None:
+            paragraph = user_error(error, "preparing the run")
+            if paragraph is None:
+                previous(kind, error, trace)
+            else:
+                paragraph.show()
+
+        excepthook.prints_user_errors = True
+        sys.excepthook = excepthook
+
+    # the node started last: a generator node fails after Kedro's on_node_error
+    # window (while its outputs are saved), and the runners here run one at a time
+    @hook_impl
+    def before_node_run(self, node: Node) -> None:
+        self._current_node = node.name
+
+    # last: kedro-mlflow's own hook ends its run as failed first
+    @hook_impl(trylast=True)
+    def on_pipeline_error(self, error: Exception) -> None:
+        where = (
+            f"running node {self._current_node}" if self._current_node else "running"
+        )
+        paragraph = user_error(error, where)
+        if paragraph is not None:
+            raise paragraph from error
+
+
+# MLflow's experiment kind for model training: the UI opens the experiment on its runs
+# table, not on the GenAI overview
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+TAG_PREFIX = "kebench."
+
+
+def run_tags(
+    what: dict[str, str], methods: str, pipelines: list[str] | None
+) -> dict[str, str]:
+    """The tags a run is filtered and grouped by: dataset, model, profile, methods and
+    the pipelines it ran."""
+    return {
+        f"{TAG_PREFIX}dataset": str(what["dataset"]),
+        f"{TAG_PREFIX}model": str(what["model"]),
+        f"{TAG_PREFIX}profile": str(what["hparams_profile"]),
+        f"{TAG_PREFIX}methods": str(methods),
+        f"{TAG_PREFIX}pipelines": ",".join(pipelines or ["__default__"]),
+    }
+
+
+class MlflowRunHook:
+    """Name the run's MLflow run by what it measured and tag it (``run_name``,
+    ``run_tags``); open the experiment on its runs table. The methods' child runs
+    (``MlflowMethodMetricsDataset``) are named by method and carry the same tags."""
+
+    # last: kedro-mlflow's own hook starts the run first
+    @hook_impl(trylast=True)
+    def before_pipeline_run(
+        self, run_params: dict[str, Any], catalog: DataCatalog
+    ) -> None:
+        # imported here: settings load this module for every kedro command
+        import mlflow  # noqa: PLC0415
+
+        from kebench.scoring.report import run_name  # noqa: PLC0415
+
+        run = mlflow.active_run()
+        if run is None:
+            return
+        what = catalog.load("params:run")
+        methods = catalog.load("params:editing")["methods"]
+        tags = run_tags(what, methods, run_params.get("pipeline_names"))
+        mlflow.set_tags({"mlflow.runName": run_name(what), **tags})
+        mlflow.MlflowClient().set_experiment_tag(
+            run.info.experiment_id, *EXPERIMENT_KIND
+        )
 
 
 # what a person opens after a run: the reports and the plots

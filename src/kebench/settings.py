@@ -3,10 +3,16 @@
 from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
 
-from kebench.hooks import RunSummaryHook, UpstreamOutputsHook
+from kebench.editing.hparams import machine_profile
+from kebench.hooks import (
+    MlflowRunHook,
+    RunSummaryHook,
+    UpstreamOutputsHook,
+    UserErrorHook,
+)
 from kebench.models.registry import output_key
 
-HOOKS = (UpstreamOutputsHook(), RunSummaryHook())
+HOOKS = (UpstreamOutputsHook(), MlflowRunHook(), RunSummaryHook(), UserErrorHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
@@ -14,5 +20,10 @@ CONFIG_LOADER_ARGS = {
     "default_run_env": "local",
     # ${oc.env:KEBENCH_DATA_DIR,...} locates the reference data outside the repo.
     # ${model_key:...} is the folder name of a model's outputs (docs/models.md).
-    "custom_resolvers": {"oc.env": oc.env, "model_key": output_key},
+    # ${machine_profile:} is the hparams profile of a run that names none (docs/editing.md).
+    "custom_resolvers": {
+        "oc.env": oc.env,
+        "model_key": output_key,
+        "machine_profile": machine_profile,
+    },
 }

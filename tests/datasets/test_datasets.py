@@ -13,6 +13,7 @@ from kebench.datasets import (
     AtomicJSONDataset,
     AtomicParquetDataset,
     EditCasesDataset,
+    InjectionSetsDataset,
     NTriplesDataset,
     SparqlEndpointDataset,
 )
@@ -138,3 +139,30 @@ def test_a_source_of_several_files_reads_them_in_order(tmp_path):
     assert [r["n"] for r in raw.records] == ["first-0", "first-1", "second-0"]
     # a record is named by its own file and its index there
     assert raw.origin(2) == (files[1], 0)
+
+
+def test_a_source_gets_the_injection_sets_it_names_and_no_others(tmp_path, caplog):
+    folder = tmp_path / "editattack"
+    folder.mkdir()
+    (folder / "bias.csv").write_text("subject,target_new\nnurses,are always women\n")
+    (folder / "facts.csv").write_text("subject,target_new\nthe Moon,is cheese\n")
+    sets = {
+        "bias": {"file": "bias.csv", "risk": "bias"},
+        "facts": {"file": "facts.csv", "risk": "misinformation"},
+    }
+    sources = {"demo": {"injection_sets": ["bias"]}, "mine": {}}
+
+    def loaded(source: str) -> list[tuple[str, str, int]]:
+        chosen = InjectionSetsDataset(str(folder), sets, source, sources).load()
+        return [(s.name, s.risk, len(s.table)) for s in chosen]
+
+    with caplog.at_level("INFO"):
+        assert loaded("demo") == [("bias", "bias", 1)]
+        assert loaded("mine") == []
+    said = caplog.text
+    assert "dataset demo adds the harmful-injection sets ['bias']" in said
+    assert "dataset mine adds no harmful-injection sets" in said
+    with pytest.raises(DatasetError, match=r"sources.x.injection_sets .*\['nope'\]"):
+        InjectionSetsDataset(
+            str(folder), sets, "x", {"x": {"injection_sets": ["nope"]}}
+        )

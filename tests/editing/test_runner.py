@@ -48,6 +48,11 @@ def test_method_selection():
     assert select_methods("all", available) == available
     with pytest.raises(ValueError, match=r"no hparams for \['MEMIT'\]"):
         select_methods("ROME+MEMIT", available)
+    # a name no method has is unknown, and the error lists the methods there are
+    with pytest.raises(
+        ValueError, match=r"unknown editing method \['NOPE'\].*'MEMIT'.*'ROME'"
+    ):
+        select_methods("ROME+NOPE", available)
 
 
 def test_jobs_check_their_mode(hparams):

@@ -273,6 +273,45 @@ def test_counterfact_rewrite_must_be_an_object(tmp_path):
         parse_edit_cases(read_path("counterfact", path), RELATIONS)
 
 
+def counterfact_record(**fields) -> dict:
+    rewrite = {
+        "prompt": "The official language of {} is",
+        "relation_id": "P37",
+        "subject": "Brazil",
+        "target_true": {"str": "Portuguese"},
+        "target_new": {"str": "Finnish"},
+    }
+    return {"case_id": 7, "requested_rewrite": rewrite, **fields}
+
+
+def test_counterfact_prompt_without_its_subject_slot_names_the_record(tmp_path):
+    record = counterfact_record()
+    record["requested_rewrite"]["prompt"] = "The official language of Brazil is"
+    path = tmp_path / "cf.json"
+    path.write_text(json.dumps([record]))
+    with pytest.raises(
+        EditCaseError,
+        match=r"cf\.json: record #0 \(7\): field 'prompt' must hold \{\} once",
+    ):
+        parse_edit_cases(read_path("counterfact", path), RELATIONS)
+
+
+def test_a_prompt_list_given_as_a_string_names_the_record(tmp_path):
+    path = tmp_path / "cf.json"
+    path.write_text(
+        json.dumps([counterfact_record(paraphrase_prompts="Brazil speaks")])
+    )
+    cases = read_path("counterfact", path)
+    with pytest.raises(
+        EditCaseError,
+        match=r"cf\.json: record #0 \(7\): field 'paraphrase_prompts' must be a "
+        r"list of strings, got str",
+    ):
+        dataset_probes(cases)
+    with pytest.raises(EditCaseError, match="'paraphrase_prompts' must be a list"):
+        counterfact_prompts(cases)
+
+
 def read_path(fmt: str, path) -> RawEditCases:
     return RawEditCases(
         "src", fmt, "counterfactual", str(path), load_edit_case_file(path)

@@ -24,6 +24,6 @@ DEMO_EDITS = {
 def evaluated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scratch folder where the demo ran from kg_build to evaluation (ROME and IKE)."""
     root = tmp_path_factory.mktemp("evaluated_demo")
-    for name in (*UPSTREAM, "editing", "evaluation"):
+    for name in (*UPSTREAM, "evaluation"):  # evaluation holds editing's nodes
         run_pipeline(name, DEMO_EDITS, root)
     return root

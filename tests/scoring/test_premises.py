@@ -74,8 +74,13 @@ PREMISES = PREMISE_PROBES.validate(
 @pytest.mark.model
 def test_known_means_the_base_model_generates_the_answer(lm):
     settings = GenerationSettings(stop_strings=("\n", "."), max_new_tokens=8)
-    table = premise_knowledge(lm, PREMISES, model="smollm2", settings=settings)
+    table, generated = premise_knowledge(
+        lm, PREMISES, model="smollm2", settings=settings
+    )
     assert len(table) == len(PREMISES) and set(table["model"]) == {"smollm2"}
+    # each distinct premise generated once, and handed back to be stored
+    (new_rows,) = generated.values()
+    assert len(new_rows) == PREMISES.drop_duplicates(["prompt", "answer"]).shape[0]
     # the reference: each prompt generated alone, greedily, by a plain loop
     for row in table.to_dict("records"):
         text = plain_greedy(lm, row["prompt"], settings)
@@ -88,6 +93,11 @@ def test_known_means_the_base_model_generates_the_answer(lm):
     # SmolLM2 names Paris as France's capital, and not Canberra as Japan's
     known = dict(zip(table["probe_id"] + ":" + table["answer"], table["known"]))
     assert known["c1/direct/0:Paris"] and not known["c1/entailed/0:Canberra"]
+    # asked again with those generations stored: nothing is generated, same table
+    stored = {"run1": lambda: new_rows}
+    again, none = premise_knowledge(lm, PREMISES, "smollm2", settings, stored)
+    assert none == {}
+    pd.testing.assert_frame_equal(again, table)
 
 
 def test_a_probe_is_known_when_all_its_premises_are():

@@ -39,10 +39,17 @@ def method_run_id(client: MlflowClient, parent: mlflow.ActiveRun, method: str) -
     for child in children:
         if child.data.tags.get(METHOD_TAG) == method:
             return child.info.run_id
+    # the parent's kebench tags (dataset, model, profile): children group and filter
+    # like their parent
+    inherited = {
+        key: value
+        for key, value in client.get_run(parent.info.run_id).data.tags.items()
+        if key.startswith("kebench.")
+    }
     child = client.create_run(
         parent.info.experiment_id,
         run_name=method,
-        tags={PARENT_TAG: parent.info.run_id, METHOD_TAG: method},
+        tags={**inherited, PARENT_TAG: parent.info.run_id, METHOD_TAG: method},
     )
     client.log_param(child.info.run_id, "method", method)
     return child.info.run_id

@@ -19,11 +19,12 @@ between. At the reference's own depth the rule is the identity.
 A model's own file overrides the derived values key by key, so a file that sets only
 ``layers`` keeps everything else derived.
 
-Profiles. The files above are the ``faithful`` profile: the reference's values, used for
-every number in the docs. Another profile (``--params hparams_profile=fast``) is an
-overlay: ``conf/base/hparams/<METHOD>/<profile>/<model>.yaml`` (else
+Profiles. The files above are the ``faithful`` profile: the reference's values. Another
+profile (``--params hparams_profile=fast``) is an overlay: ``conf/base/hparams/<METHOD>/<profile>/<model>.yaml`` (else
 ``<profile>/_default.yaml``, for any model) holds only the keys it changes, applied
-over the faithful values. A method with no overlay for the model runs faithful.
+over the faithful values. A method with no overlay for the model runs faithful. A run
+that names no profile takes the machine's (``machine_profile``): faithful where a CUDA
+device is visible, fast on a CPU-only machine.
 
 The covariance count. A reference's file keeps its published ``mom2_n_samples``
 (Qwen2.5-7B's: 100,000 texts, hours on a CPU for any model). Derived hparams take a
@@ -58,6 +59,17 @@ MODULE_KEYS = (
 WEIGHT_SUFFIX = ".weight"
 FAITHFUL = "faithful"
 FAST = "fast"
+
+
+def machine_profile() -> str:
+    """The hparams profile of a run that names none: the reference values (faithful)
+    where a CUDA device is visible, the CPU-tuned overlays (fast) otherwise, so that
+    `make run` and a bare `kedro run` on a laptop read and write the same outputs."""
+    import torch  # noqa: PLC0415 - settings load this module for every kedro command
+
+    return FAITHFUL if torch.cuda.is_available() else FAST
+
+
 # The overlay of a profile for a model without its own.
 DEFAULT_OVERLAY = "_default"
 # The covariance statistics' sample count, which the run's rule sets when derived.
@@ -367,8 +379,8 @@ def resolve_hparams(
                 f"no conf/base/hparams/{name}/{reference}.yaml"
             )
         raise HparamsError(
-            f"no hparams for {name} on {model}: there is no "
-            f"conf/base/hparams/{name}/<model>.yaml for it, and {why}"
+            f"no hparams for {name} on {model} (hparams profile {files.profile!r}): "
+            f"there is no conf/base/hparams/{name}/{model}.yaml, and {why}"
         )
     family = found[1]
     derived = derive_hparams(architecture, family, published)

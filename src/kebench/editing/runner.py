@@ -38,8 +38,9 @@ from kebench.editing.delta import (
     delta_applied,
     revert_delta,
 )
+from kebench.editing.easyedit import PREFIX
 from kebench.editing.interface import EditContext, EditMethod, HyperParams
-from kebench.editing.registry import get_method, hparams_name
+from kebench.editing.registry import get_method, hparams_name, method_names
 from kebench.editing.requests import EditRequest
 from kebench.editing.store import MODES, DeltaStore, EditOutcome, file_stem
 from kebench.models.loading import LoadedModel
@@ -71,6 +72,13 @@ def select_methods(spec: str | Sequence[str], available: Sequence[str]) -> list[
     names = [name.strip() for name in names if name.strip()]
     if names == ["all"]:
         return sorted(available)
+    known = method_names()
+    unknown = [n for n in names if not n.startswith(PREFIX) and n not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown editing method {unknown} (--params method=...); the methods: "
+            f"{known}, each with an easyedit: form (docs/editing.md)"
+        )
     missing = [name for name in names if hparams_name(name) not in available]
     if missing:
         raise ValueError(

@@ -211,6 +211,17 @@ def _require(record: Mapping[str, Any], field: str, where: str) -> str:
     return value
 
 
+def _cloze(record: Mapping[str, Any], where: str) -> str:
+    """The record's ``prompt``: a cloze with ``{}`` once, where the subject goes."""
+    prompt = _require(record, "prompt", where)
+    if prompt.count("{}") != 1:
+        raise EditCaseError(
+            f"{where}: field 'prompt' must hold {{}} once, where the subject goes "
+            f'(e.g. "The capital of {{}} is"), got {prompt!r}'
+        )
+    return prompt
+
+
 def _record_where(raw: RawEditCases, index: int, record: Any) -> str:
     label = ""
     if isinstance(record, dict):
@@ -241,7 +252,7 @@ def _rows_mquake(
                 "subject": _require(rewrite, "subject", sub_where),
                 "relation_id": relation_id,
                 "relation_label": relations.label(relation_id),
-                "prompt": _require(rewrite, "prompt", sub_where),
+                "prompt": _cloze(rewrite, sub_where),
                 "target_true": _require(rewrite, "target_true", sub_where),
                 "target_new": _require(rewrite, "target_new", sub_where),
                 "question": _text(rewrite.get("question")),
@@ -254,7 +265,7 @@ def _rows_flat_mquake(
     raw: RawEditCases, index: int, record: dict, relations: RelationCatalog
 ) -> list[dict]:
     where = _record_where(raw, index, record)
-    prompt = _require(record, "prompt", where)
+    prompt = _cloze(record, where)
     relation_id = relations.by_prompt.get(prompt, UNKNOWN_RELATION)
     return [
         {
@@ -320,7 +331,7 @@ def _rows_counterfact(
             "subject": _require(rewrite, "subject", where),
             "relation_id": relation_id,
             "relation_label": relations.label(relation_id),
-            "prompt": _require(rewrite, "prompt", where),
+            "prompt": _cloze(rewrite, where),
             "target_true": _require(rewrite, "target_true", where),
             "target_new": _require(rewrite, "target_new", where),
             "question": None,
@@ -685,9 +696,20 @@ def _probe(  # noqa: PLR0913 - one dataset probe's fields
     }
 
 
-def _texts(record: Mapping[str, Any], field: str) -> list[str]:
+def _texts(record: Mapping[str, Any], field: str, where: str) -> list[str]:
+    """The strings of a list field; [] when it is absent. Any other value (a string, a
+    number) is an error: a string would otherwise be read as no prompts at all."""
     value = record.get(field)
-    return _aliases(value) if isinstance(value, list) else []
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+        isinstance(item, str | dict) for item in value
+    ):
+        raise EditCaseError(
+            f"{where}: field {field!r} must be a list of strings, got "
+            f"{type(value).__name__}: {str(value)[:80]!r}"
+        )
+    return _aliases(value)
 
 
 def _probes_mquake(raw: RawEditCases, index: int, record: dict) -> list[dict]:
@@ -712,7 +734,7 @@ def _probes_mquake(raw: RawEditCases, index: int, record: dict) -> list[dict]:
             aliases=aliases,
             hops=hops,
         )
-        for q in _texts(record, "questions")
+        for q in _texts(record, "questions", _record_where(raw, index, record))
     ]
 
 
@@ -724,6 +746,7 @@ def _probes_counterfact(raw: RawEditCases, index: int, record: dict) -> list[dic
     if old is None or new is None:
         return []
     case_id = f"{raw.source}-{record.get('case_id', index)}"
+    where = _record_where(raw, index, record)
     return [
         _probe(
             case_id,
@@ -733,7 +756,7 @@ def _probes_counterfact(raw: RawEditCases, index: int, record: dict) -> list[dic
             style="as_is",
             answers=(old, new),
         )
-        for text in _texts(record, "paraphrase_prompts")
+        for text in _texts(record, "paraphrase_prompts", where)
     ] + [
         _probe(
             case_id,
@@ -743,7 +766,7 @@ def _probes_counterfact(raw: RawEditCases, index: int, record: dict) -> list[dic
             style="as_is",
             answers=(old, old),
         )
-        for text in _texts(record, "neighborhood_prompts")
+        for text in _texts(record, "neighborhood_prompts", where)
     ]
 
 
@@ -919,7 +942,8 @@ def _counterfact_prompt_rows(raw: RawEditCases, index: int, record: dict) -> lis
     ]
     for field, kind in COUNTERFACT_FIELDS.items():
         rows += [
-            common | {"kind": kind, "prompt": text} for text in _texts(record, field)
+            common | {"kind": kind, "prompt": text}
+            for text in _texts(record, field, _record_where(raw, index, record))
         ]
     return rows
 

@@ -11,11 +11,14 @@ is the edit's original fact.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 
 import pandas as pd
 
 from kebench.models.loading import LoadedModel
 from kebench.schemas import PREMISE_KNOWLEDGE
+from kebench.scoring.base_store import reuse_scores, score_keys
 from kebench.scoring.generation import (
     GenerationSettings,
     generate_answers,
@@ -31,19 +34,41 @@ def premise_knowledge(
     premise_probes: pd.DataFrame,
     model: str,
     settings: GenerationSettings,
-) -> pd.DataFrame:
-    """Ask the base model each distinct premise once; one row per probe premise."""
+    stored: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Ask the base model each distinct premise once; one row per probe premise. A
+    premise whose generation ``stored`` holds (same weights, settings and prompt
+    token ids) is not asked again; the second value holds the new generations, to
+    store."""
     distinct = premise_probes.drop_duplicates(KEYS)[KEYS].reset_index(drop=True)
-    answers = generate_answers(lm, list(distinct["prompt"]), settings)
+    keys = score_keys(lm, distinct, ["prompt"], [], asdict(settings))
+    generations, partition = reuse_scores(
+        stored or {},
+        keys,
+        distinct,
+        lambda rows: pd.DataFrame(
+            {
+                "generation": [
+                    a.text for a in generate_answers(lm, list(rows["prompt"]), settings)
+                ]
+            },
+            index=rows.index,
+        ),
+    )
     known = [
-        bool(wild_match(generated.text, answer, json.loads(aliases)))
-        for generated, answer, aliases in zip(
-            answers, distinct["answer"], distinct["aliases"], strict=True
+        bool(wild_match(text, answer, json.loads(aliases)))
+        for text, answer, aliases in zip(
+            generations["generation"],
+            distinct["answer"],
+            distinct["aliases"],
+            strict=True,
         )
     ]
-    scores = distinct.assign(generation=[a.text for a in answers], known=known)
+    scores = distinct.assign(generation=generations["generation"], known=known)
     knowledge = premise_probes.merge(scores, on=KEYS, how="left").assign(model=model)
-    return PREMISE_KNOWLEDGE.validate(knowledge[list(PREMISE_KNOWLEDGE.columns)])
+    return PREMISE_KNOWLEDGE.validate(
+        knowledge[list(PREMISE_KNOWLEDGE.columns)]
+    ), partition
 
 
 def known_probes(premise_knowledge: pd.DataFrame, probes: pd.DataFrame) -> pd.Series:

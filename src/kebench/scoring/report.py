@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -362,6 +364,12 @@ def run_summary(headline: pd.DataFrame, paths: list[str]) -> str:
     if paths:
         lines += ["", "Reports and plots:", *(f"  {path}" for path in paths)]
     return "\n".join(lines) + "\n"
+
+
+def run_name(what: Mapping[str, str]) -> str:
+    """What a run measured, as report titles and MLflow run names say it: dataset
+    source, model and hparams profile (``demo · smollm2-135m · fast``)."""
+    return " · ".join(str(what[k]) for k in ("dataset", "model", "hparams_profile"))
 
 
 def report_markdown(  # noqa: PLR0913 - the report's parts and its tags

@@ -153,20 +153,20 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_deltas(project, lm, tmp_p
 
 
 @pytest.mark.model
-def test_a_checkpoint_folder_without_hparams_files_runs_editing_and_evaluation(
+def test_a_checkpoint_folder_never_edited_is_edited_and_evaluated_in_one_run(
     project, lm
 ):
-    """``--params model=<folder of a tiny Qwen2>,method=ROME+MEMIT`` with the faithful
-    hparams (the default): no YAML names it, so its hparams are derived from its
-    architecture and Qwen2.5-7B's files, with the fast profile's covariance count in
-    place of their 100,000 texts; the run ends with metrics and the derived hparams in
-    MLflow."""
+    """``kedro run --pipelines=evaluation --params model=<folder of a tiny
+    Qwen2>,method=ROME+MEMIT`` with the faithful hparams: no YAML names the model, so
+    its hparams are derived from its architecture and Qwen2.5-7B's files, with the fast
+    profile's covariance count in place of their 100,000 texts; the one run edits, and
+    ends with metrics and the derived hparams in MLflow."""
     folder = build_checkpoint(
         "qwen2", project / "checkpoints" / "tiny-qwen2", lm.tokenizer
     )
     run_session(
         project,
-        ["editing", "evaluation"],
+        ["evaluation"],
         model=str(folder),
         method="ROME+MEMIT",
         n_edits=1,

@@ -1,8 +1,12 @@
-"""A tracked `kedro run` of two methods, read back through `kedro mlflow ui`'s REST API."""
+"""A tracked `kedro run` of two methods, read back through `kedro mlflow ui`'s REST API
+and in headless Chromium."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +19,14 @@ from kedro.framework.startup import bootstrap_project
 from mlflow.tracking import MlflowClient
 
 from kebench.kg.oxigraph_server import stop_process_group
-from tests.helpers import copy_project, free_port, start_server, wait_for_json
+from tests.helpers import (
+    CHROMIUM,
+    copy_project,
+    free_port,
+    headless_chromium,
+    start_server,
+    wait_for_json,
+)
 from tests.models.shared import MODEL
 from tests.pipelines.conftest import DEMO_EDITS
 
@@ -70,6 +81,17 @@ def test_the_run_logs_params_metrics_and_artifacts(tracked_project):
     } <= set(run.data.metrics)
     params = run.data.params
     assert params["evaluation.methods"] == "ROME+IKE" and params["model"] == MODEL
+    # named and tagged by what it measured; the experiment opens on its runs table
+    assert run.info.run_name == f"demo · {MODEL} · fast"
+    assert {
+        "kebench.dataset": "demo",
+        "kebench.model": MODEL,
+        "kebench.profile": "fast",
+        "kebench.methods": "ROME+IKE",
+        "kebench.pipelines": "evaluation",
+    }.items() <= run.data.tags.items()
+    experiment = client.get_experiment_by_name("kebench")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert params["hparams.ROME.layers"] == "[5]"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {
@@ -111,10 +133,10 @@ def tags_of(run: dict) -> dict[str, str]:
     return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
 
 
-@pytest.mark.model
-@pytest.mark.server
-def test_the_ui_serves_both_methods_with_the_same_metric_keys(tracked_project):
-    """Each method's child run carries the same keys, so the UI compares them."""
+@pytest.fixture(scope="module")
+def mlflow_ui(tracked_project):
+    """`kedro mlflow ui` over the tracked run: the REST API's URL, the experiment id
+    and its runs; stopped with its process group afterwards."""
     project, uri = tracked_project
     log_path = project / "mlflow_ui.log"
     process, api, found = start_server(
@@ -122,15 +144,23 @@ def test_the_ui_serves_both_methods_with_the_same_metric_keys(tracked_project):
         "/experiments/get-by-name?experiment_name=kebench",
         log_path,
     )
-    experiment = found["experiment"]
+    experiment = found["experiment"]["experiment_id"]
     try:
         runs = wait_for_json(
             f"{api}/runs/search",
             process,
-            body={"experiment_ids": [experiment["experiment_id"]], "max_results": 50},
+            body={"experiment_ids": [experiment], "max_results": 50},
         )["runs"]
+        yield api, experiment, runs
     finally:
         stop_process_group(process, timeout_s=15)
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_the_ui_serves_both_methods_with_the_same_metric_keys(mlflow_ui):
+    """Each method's child run carries the same keys, so the UI compares them."""
+    _, _, runs = mlflow_ui
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in tags_of(r)]
     children = {
         tags_of(r)["kebench.method"]: r
@@ -148,3 +178,44 @@ def test_the_ui_serves_both_methods_with_the_same_metric_keys(tracked_project):
         for key, value in metrics_of(children[method]).items():
             rest = key.removeprefix("evaluation.")
             assert on_parent[f"evaluation.{method}.{rest}"] == value, key
+
+
+def page_text(dom: str) -> str:
+    """The visible text of a rendered page."""
+    dom = re.sub(r"<(script|style).*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
+)
+def test_a_browser_shows_the_runs_by_name_and_compares_two_methods(mlflow_ui, tmp_path):
+    """The runs table names the run by dataset, model and profile; comparing the two
+    methods' child runs shows the headline metric side by side, with their tags."""
+    api, experiment, runs = mlflow_ui
+    ui = api.removesuffix("/api/2.0/mlflow")
+    # MLflow 3.17 remembers the GenAI / Model training switch per browser, and a fresh
+    # one starts on GenAI: the docs give this link (docs/evaluation.md)
+    table = page_text(
+        headless_chromium(
+            f"{ui}/#/experiments/{experiment}/runs?workflowType=machine_learning",
+            tmp_path / "profile-runs",
+            "--dump-dom",
+        )
+    )
+    child = {tags_of(r).get("kebench.method"): r["info"]["run_id"] for r in runs}
+    compared = json.dumps([child["ROME"], child["IKE"]])
+    compare = page_text(
+        headless_chromium(
+            f'{ui}/#/compare-runs?runs={compared}&experiments=["{experiment}"]',
+            tmp_path / "profile-compare",
+            "--dump-dom",
+        )
+    )
+    assert f"demo · {MODEL} · fast" in table
+    assert "Comparing 2 Runs" in compare
+    assert "Run Name: ROME IKE" in compare
+    assert "evaluation.counterfactual.direct.edit_succ" in compare
+    assert "kebench.profile fast fast" in compare

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 import pytest
 
@@ -46,7 +48,7 @@ def test_filter_keeps_strong_rules_and_reports(demo_catalog):
     )
 
 
-def test_excluded_predicates_remove_rules():
+def test_excluded_predicates_remove_rules(caplog):
     triples = pd.DataFrame(
         {
             "s": [f"e{i}" for i in range(6)] * 2,
@@ -62,8 +64,13 @@ def test_excluded_predicates_remove_rules():
         "min_support": 1,
         "excluded_predicates": ["wikiPageWikiLink"],
     }
-    kept, report = filter_rules_for_qa(rules, params)
+    with caplog.at_level(logging.WARNING):
+        kept, report = filter_rules_for_qa(rules, params)
     assert kept.empty and report["removed_by"]["excluded_predicates"] == 2
+    # an empty inductive tier is said, with each filter's count
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "no mined rule is kept for QA (2 mined" in warning
+    assert "excluded_predicates: 2" in warning
 
 
 def test_empty_kb_is_a_clear_error():

@@ -27,6 +27,7 @@ from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
 from kebench.qa.probes import FACT_KEY, edits_measured, rewritten_facts
 from kebench.schemas import COUNTERFACT_SCORES, JUDGEMENTS, METRICS, PROBE_SCORES
 from kebench.scoring import counterfact
+from kebench.scoring.base_store import reuse_scores, score_keys
 from kebench.scoring.evaluate import (
     ScoreShard,
     ScoringSettings,
@@ -58,11 +59,14 @@ from kebench.scoring.report import (
     plot_direct_vs_entailed,
     protocol_table,
     report_markdown,
+    run_name,
 )
 
 logger = logging.getLogger(__name__)
 
 UNEDITED = "unedited"
+# the texts a probe's base scores depend on, with its type (scoring/base_store.py)
+PROBE_TEXTS = ["prompt", "answer_new", "answer_old", "question"]
 
 
 def _settings(params: dict[str, Any]) -> ScoringSettings:
@@ -144,34 +148,47 @@ def score_base_probes(
     model: LoadedModel,
     probes: pd.DataFrame,
     selected_edits: pd.DataFrame,
+    base_probe_store_stored: dict[str, Any],
     params: dict[str, Any],
-) -> pd.DataFrame:
-    """The probes of every edited case under the unedited model, once: the floor, and
-    the reference every method is compared with."""
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The probes of every edited case under the unedited model: the floor, and the
+    reference every method is compared with; and the new rows of the base-score
+    store. A probe scored before, by any run or pipeline, with the same weights,
+    settings and token ids, is read from the store."""
     edited = probes[probes["case_id"].isin(selected_edits["case_id"])]
-    logger.info(
-        "scoring %d probes of %d cases under the base model",
-        len(edited),
-        edited["case_id"].nunique(),
+    settings = _settings(params)
+    keys = score_keys(model, edited, PROBE_TEXTS, ["probe_type"], asdict(settings))
+    scores, partition = reuse_scores(
+        base_probe_store_stored,
+        keys,
+        edited,
+        lambda rows: score_pass(model, rows, settings=settings),
     )
-    scores = score_pass(model, edited, settings=_settings(params))
-    return scores.assign(probe_id=edited["probe_id"].to_numpy())
+    _log_reuse("probes", len(edited), partition)
+    return scores.assign(probe_id=edited["probe_id"].to_numpy()), partition
+
+
+def _log_reuse(what: str, n_rows: int, partition: dict[str, pd.DataFrame]) -> None:
+    scored = sum(len(rows) for rows in partition.values())
+    logger.info(
+        "%d %s under the base model: %d scored now, the others read from the store",
+        n_rows,
+        what,
+        scored,
+    )
 
 
 def score_premise_knowledge(
     model: LoadedModel,
     premise_probes: pd.DataFrame,
     selected_edits: pd.DataFrame,
+    premise_store_stored: dict[str, Any],
     params: dict[str, Any],
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """Whether the base model knows each premise of the edited cases' probes: it
-    generates the answer greedily."""
+    generates the answer greedily; and the new rows of the premise store (a premise
+    asked before with the same weights, settings and token ids is read from it)."""
     premises = premise_probes[premise_probes["case_id"].isin(selected_edits["case_id"])]
-    logger.info(
-        "asking the base model %d premises (%d distinct)",
-        len(premises),
-        len(premises.drop_duplicates(["prompt", "answer"])),
-    )
     wild, settings = params["wild"], params["premises"]
     generation = GenerationSettings(
         context="prompt",
@@ -179,7 +196,15 @@ def score_premise_knowledge(
         max_new_tokens=int(settings["max_new_tokens"]),
         batch_size=int(wild["batch_size"]),
     )
-    return premise_knowledge(model, premises, model.name, generation)
+    knowledge, partition = premise_knowledge(
+        model, premises, model.name, generation, premise_store_stored
+    )
+    _log_reuse(
+        f"premises ({len(premises.drop_duplicates(['prompt', 'answer']))} distinct)",
+        len(premises),
+        partition,
+    )
+    return knowledge, partition
 
 
 def find_joint_drops(
@@ -215,8 +240,8 @@ def plan_score_shards(
     compute: dict[str, Any],
 ) -> pd.DataFrame:
     """The edits to score (failed ones are left out, and reported), in shards of
-    ``compute.shard_size`` cases keyed by their edits, their kept probes and the
-    scoring settings."""
+    ``compute.shard_size`` cases keyed per method by its edits, its kept probes and
+    the scoring settings."""
     ok = selected_edits[selected_edits["status"] == "ok"]
     shard_size = ComputeSettings.from_params(compute).shard_size
     parts = []
@@ -229,6 +254,26 @@ def plan_score_shards(
     if not parts:
         return plan_shards(ok, shard_size)
     return pd.concat(parts, ignore_index=True)
+
+
+def plan_earlier_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    edit_manifest: pd.DataFrame,
+    selected_edits: pd.DataFrame,
+    probes: pd.DataFrame,
+    entailed_facts: pd.DataFrame,
+    params: dict[str, Any],
+    compute: dict[str, Any],
+) -> pd.DataFrame:
+    """The shards that the other stored methods (same mode, same cases) would have, had
+    this run evaluated them: those an earlier run stored are kept in ``probe_scores``
+    beside this run's, so evaluating B after A keeps A's scores."""
+    earlier = edit_manifest[
+        (edit_manifest["mode"] == params["mode"])
+        & edit_manifest["case_id"].isin(selected_edits["case_id"])
+        & ~edit_manifest["method"].isin(selected_edits["method"])
+    ]
+    drops = joint_drops(earlier, probes, rewritten_facts(probes, entailed_facts))
+    return plan_score_shards(earlier, probes, drops, params, compute)
 
 
 def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -272,6 +317,7 @@ def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probe_score_shards: dict[str, Any],
     score_shard_plan: pd.DataFrame,
+    earlier_shard_plan: pd.DataFrame,
     probes: pd.DataFrame,
     base_probe_scores: pd.DataFrame,
     selected_edits: pd.DataFrame,
@@ -279,7 +325,8 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 ) -> pd.DataFrame:
     """``probe_scores``: the planned shards, after the unedited floor on their cases
     (without the probes joint scoring dropped for any method, so that the floor is
-    measured on probes the methods are measured on)."""
+    measured on probes the methods are measured on); then every other method whose
+    shards for these edits an earlier run stored, measured the same way."""
     by_id = probes.set_index("probe_id", drop=False)
     base = base_probe_scores.set_index("probe_id")
     planned = by_id["case_id"].isin(score_shard_plan["case_id"])
@@ -289,7 +336,26 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model_name = selected_edits["model"].iloc[0]
     parts = [probe_score_rows(by_id, base, floor, model_name, UNEDITED)]
     parts += collect_shards(probe_score_shards, score_shard_plan)
+    for method, plan in earlier_shard_plan.groupby("method", sort=True):
+        if plan["shard"].isin(list(probe_score_shards)).all():
+            parts += collect_shards(probe_score_shards, plan)
+            logger.info("%s: its stored scores of these edits are kept", method)
+        else:
+            logger.info(
+                "%s: stored edits without current scores (other probes, settings or "
+                "edits): not in probe_scores until evaluated again",
+                method,
+            )
     return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
+
+
+def select_run_scores(
+    probe_scores: pd.DataFrame, selected_edits: pd.DataFrame
+) -> pd.DataFrame:
+    """The scores of the methods this run evaluated, and the floor: what its metrics
+    and report cover (``probe_scores`` also keeps earlier runs' methods)."""
+    methods = {*selected_edits["method"], UNEDITED}
+    return probe_scores[probe_scores["method"].isin(methods)].reset_index(drop=True)
 
 
 def _counterfact_settings(params: dict[str, Any]) -> counterfact.CounterfactSettings:
@@ -530,9 +596,11 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     selected_edits: pd.DataFrame,
     probes: pd.DataFrame,
     params: dict[str, Any],
+    run: dict[str, str],
 ) -> tuple[str, pd.DataFrame, Figure, Figure]:
-    """The markdown report, its headline table (in the population
-    ``headline_population``), and the two plots."""
+    """The markdown report, titled by what the run measured (dataset, model, profile),
+    its headline table (in the population ``headline_population``), and the two
+    plots."""
     population = params["headline_population"]
     headline = headline_table(metrics, population)
     per_edit = per_edit_consistency(with_roles(probe_outcomes(probe_scores), probes))
@@ -541,7 +609,7 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         headline,
         failed_edits,
         drop_counts(joint_dropped_probes),
-        "kebench evaluation",
+        f"kebench evaluation · {run_name(run)}",
         population,
         semantics=consequence_semantics(entailed_facts),
         edits=edits_measured(selected_edits, probes, EDITS_PARAMETER),

@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import editing
 from kebench.pipelines.evaluation.nodes import (
     build_report,
     collect_counterfact_scores,
@@ -11,6 +12,7 @@ from kebench.pipelines.evaluation.nodes import (
     find_joint_drops,
     judge_generations,
     list_failed_edits,
+    plan_earlier_shards,
     plan_score_shards,
     score_base_probes,
     score_counterfact_base,
@@ -18,15 +20,18 @@ from kebench.pipelines.evaluation.nodes import (
     score_premise_knowledge,
     score_probe_shards,
     select_edits,
+    select_run_scores,
     tabulate_generations,
     track_metrics,
 )
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """probes + model + stored deltas -> probe score shards -> probe_scores -> metrics,
-    report, MLflow."""
-    return Pipeline(
+    """The editing nodes (free where the deltas are stored: editing resumes), then
+    probes + model + stored deltas -> probe score shards -> probe_scores -> metrics,
+    report, MLflow. One `kedro run --pipelines=evaluation --params model=...` edits
+    what it needs and evaluates it."""
+    return editing.create_pipeline() + Pipeline(
         [
             Node(
                 func=select_edits,
@@ -41,8 +46,14 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=score_base_probes,
-                inputs=["model", "probes", "selected_edits", "params:evaluation"],
-                outputs="base_probe_scores",
+                inputs=[
+                    "model",
+                    "probes",
+                    "selected_edits",
+                    "base_probe_store_stored",
+                    "params:evaluation",
+                ],
+                outputs=["base_probe_scores", "base_probe_store"],
                 name="score_base_probes",
             ),
             Node(
@@ -51,9 +62,10 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "model",
                     "premise_probes",
                     "selected_edits",
+                    "premise_store_stored",
                     "params:evaluation",
                 ],
-                outputs="premise_knowledge",
+                outputs=["premise_knowledge", "premise_store"],
                 name="score_premise_knowledge",
             ),
             Node(
@@ -73,6 +85,19 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ],
                 outputs="score_shard_plan",
                 name="plan_score_shards",
+            ),
+            Node(
+                func=plan_earlier_shards,
+                inputs=[
+                    "edit_manifest",
+                    "selected_edits",
+                    "probes",
+                    "entailed_facts",
+                    "params:evaluation",
+                    "params:compute",
+                ],
+                outputs="earlier_shard_plan",
+                name="plan_earlier_shards",
             ),
             Node(
                 func=score_probe_shards,
@@ -95,6 +120,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs=[
                     "probe_score_shards",
                     "score_shard_plan",
+                    "earlier_shard_plan",
                     "probes",
                     "base_probe_scores",
                     "selected_edits",
@@ -102,6 +128,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ],
                 outputs="probe_scores",
                 name="collect_probe_scores",
+            ),
+            Node(
+                func=select_run_scores,
+                inputs=["probe_scores", "selected_edits"],
+                outputs="run_probe_scores",
+                name="select_run_scores",
             ),
             Node(
                 func=score_counterfact_base,
@@ -142,7 +174,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=tabulate_generations,
-                inputs=["probe_scores", "probes"],
+                inputs=["run_probe_scores", "probes"],
                 outputs="generations",
                 name="tabulate_generations",
             ),
@@ -155,7 +187,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 func=compute_metrics,
                 inputs=[
-                    "probe_scores",
+                    "run_probe_scores",
                     "probes",
                     "failed_edits",
                     "joint_dropped_probes",
@@ -177,13 +209,14 @@ def create_pipeline(**kwargs) -> Pipeline:
                 func=build_report,
                 inputs=[
                     "metrics",
-                    "probe_scores",
+                    "run_probe_scores",
                     "failed_edits",
                     "joint_dropped_probes",
                     "entailed_facts",
                     "selected_edits",
                     "probes",
                     "params:evaluation",
+                    "params:run",
                 ],
                 outputs=[
                     "evaluation_report",

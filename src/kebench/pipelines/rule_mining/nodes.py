@@ -78,4 +78,17 @@ def filter_rules_for_qa(
         keep &= passes
     report = {"rules": len(rules), "kept": int(keep.sum()), "removed_by": removed}
     logger.info("rules for QA: %s", report)
+    if not keep.any():
+        # the inductive tier is then empty, and its report columns show "–"
+        logger.warning(
+            "no mined rule is kept for QA (%d mined; removed by %s): the inductive "
+            "tier will have no probes. A rule needs %s supporting facts at PCA "
+            "confidence %s, so a KG needs at least that many subjects sharing each "
+            "pair of relations (docs/rule_mining.md#how-large-a-kg-needs-to-be); or "
+            "lower rule_mining.filter in conf",
+            len(rules),
+            ", ".join(f"{name}: {n}" for name, n in removed.items()),
+            params["min_support"],
+            params["min_pca_confidence"],
+        )
     return RULES.validate(rules[keep].reset_index(drop=True)), report
