@@ -11,6 +11,7 @@ from kedro.io import DataCatalog, DatasetError
 from kedro.pipeline import Node, Pipeline
 
 from kebench.datasets import AtomicCSVDataset, AtomicTextDataset
+from kebench.editing.runner import select_methods
 from kebench.hooks import (
     LOG_FILE,
     RunError,
@@ -153,6 +154,14 @@ def test_an_error_the_user_can_act_on_is_a_paragraph_and_others_are_not(
     assert record.exc_info[1] is raised.value
 
     assert user_error(DatasetError("cannot load x.csv"), "running") is not None
-    with pytest.raises(ZeroDivisionError) as bug:  # not kebench's, not input: a bug
+    # a ValueError kebench raises itself names its input ...
+    with pytest.raises(ValueError, match="unknown editing method") as unknown:
+        select_methods("NOPE", ["ROME"])
+    assert user_error(unknown.value, "running") is not None
+    # ... one raised inside a library, or an error of another kind, is a bug
+    with pytest.raises(ValueError) as library:
+        pd.to_numeric(pd.Series(["x"]))
+    with pytest.raises(ZeroDivisionError) as bug:
         _ = 1 / 0
+    assert user_error(library.value, "running") is None
     assert user_error(bug.value, "running") is None

@@ -130,19 +130,30 @@ class RunError(click.ClickException):
 
 
 # Errors that come from the run's input: a dataset that cannot load, a missing file, a
-# table that breaks its schema. Any other error kebench raises itself carries a
-# message written for the user; an error raised inside a library keeps its traceback.
+# table that breaks its schema. Besides these, the errors kebench raises for the user
+# are of its own classes (EditCaseError, HparamsError, ModelError, ...) or ValueErrors
+# it raises itself with a message naming the input. Any other error (a TypeError, a
+# KeyError, anything raised inside a library) is a bug and keeps its traceback.
 INPUT_ERRORS = (DatasetError, FileNotFoundError, SchemaError, SchemaErrors)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` is one the user can act on (``INPUT_ERRORS`` above)."""
+    if isinstance(error, INPUT_ERRORS):
+        return True
+    if type(error).__module__.startswith(f"{kebench.__name__}."):
+        return True
+    frames = traceback.extract_tb(error.__traceback__)
+    raised_here = bool(frames) and Path(frames[-1].filename).is_relative_to(
+        Path(kebench.__file__).parent
+    )
+    return raised_here and type(error) is ValueError
 
 
 def user_error(error: BaseException, where: str) -> RunError | None:
     """``error`` as one paragraph naming ``where`` it happened, when the user can act
     on it (its traceback goes to the log file); None for any other error."""
-    frames = traceback.extract_tb(error.__traceback__)
-    ours = bool(frames) and Path(frames[-1].filename).is_relative_to(
-        Path(kebench.__file__).parent
-    )
-    if not (isinstance(error, INPUT_ERRORS) or ours):
+    if not is_user_error(error):
         return None
     Path(LOG_FILE).parent.mkdir(exist_ok=True)
     traceback_log.error("%s failed", where, exc_info=error)
