@@ -137,13 +137,20 @@ def test_an_upstream_failure_is_one_paragraph_naming_what_ran(tmp_path):
 
 
 def test_an_error_the_user_can_act_on_is_a_paragraph_and_others_are_not(
-    tmp_path, caplog
+    tmp_path, caplog, monkeypatch
 ):
+    monkeypatch.chdir(tmp_path)  # the log folder is made where the run is
     axioms = "axioms.csv"
     with pytest.raises(AxiomError) as raised:  # kebench's own message
         read_axiom_table("relation,axiom,value,source\ndbo:capital,nope,,x\n", axioms)
-    with caplog.at_level(logging.ERROR, logger="kebench.tracebacks"):
+    # conf/logging.yml, once a session has read it, stops this logger's records at
+    # its file: listen to the logger itself
+    tracebacks = logging.getLogger("kebench.tracebacks")
+    tracebacks.addHandler(caplog.handler)
+    try:
         paragraph = user_error(raised.value, "running node read_axioms")
+    finally:
+        tracebacks.removeHandler(caplog.handler)
     assert isinstance(paragraph, RunError)
     message = paragraph.format_message()
     assert message.startswith("kedro run stopped while running node read_axioms: ")
