@@ -42,7 +42,7 @@ def test_the_session_leaves_no_mlflow_run_open(demo_project):
     client = MlflowClient()
     (run,) = client.search_runs(
         client.get_experiment_by_name("kebench").experiment_id,
-        filter_string="attributes.run_name = 'kg_build'",
+        filter_string="tags.`kebench.pipelines` = 'kg_build'",
         max_results=1,
     )
     assert run.info.status == "FINISHED"
