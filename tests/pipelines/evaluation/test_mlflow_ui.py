@@ -36,7 +36,7 @@ METHODS = ("ROME", "IKE")
 @pytest.fixture(scope="module")
 def tracked_project(evaluated_root, lm, tmp_path_factory) -> tuple[Path, str]:
     """`kedro run --pipelines=evaluation --params=method=ROME+IKE` in a project copy
-    holding the shared demo run's edits, tracked in a fresh SQLite store."""
+    holding the shared demo run's edits and scores, tracked in a fresh SQLite store."""
     # the earlier in-process runs must not have left a run open for this one to reuse
     assert mlflow.active_run() is None
     assert DEMO_EDITS["method"] == "+".join(METHODS)
@@ -48,6 +48,11 @@ def tracked_project(evaluated_root, lm, tmp_path_factory) -> tuple[Path, str]:
         project / "data/07_model_output/demo" / MODEL / "fast",
     )
     shutil.copytree(source / "05_model_input", project / "data/05_model_input")
+    # the base model's stored scores: this run reads them, as a user's second run would
+    shutil.copytree(
+        source / "07_model_output/base_scores",
+        project / "data/07_model_output/base_scores",
+    )
     uri = f"sqlite:///{root / 'mlflow.db'}"
     previous = os.environ["MLFLOW_TRACKING_URI"]
     os.environ["MLFLOW_TRACKING_URI"] = uri
