@@ -20,9 +20,9 @@ A model's own file overrides the derived values key by key, so a file that sets 
 ``layers`` keeps everything else derived.
 
 Profiles. The files above are the ``faithful`` profile: the reference's values. Another
-profile (``--params hparams_profile=fast``) is an overlay: ``conf/base/hparams/<METHOD>/<profile>/<model>.yaml`` (else
-``<profile>/_default.yaml``, for any model) holds only the keys it changes, applied
-over the faithful values. A method with no overlay for the model runs faithful. A run
+profile (``--params hparams_profile=fast``) is an overlay:
+``conf/base/hparams/<METHOD>/<profile>/<model>.yaml`` (else ``<profile>/_default.yaml``,
+for any model) holds only the keys it changes, applied over the faithful values. A method with no overlay for the model runs faithful. A run
 that names no profile takes the machine's (``machine_profile``): faithful where a CUDA
 device is visible, fast on a CPU-only machine.
 
