@@ -3,7 +3,7 @@
 from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
 
-from kebench.editing.hparams import machine_profile
+from kebench.editing.profiles import machine_profile
 from kebench.hooks import (
     MlflowRunHook,
     RunSummaryHook,

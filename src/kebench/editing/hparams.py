@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kebench.editing.interface import HparamsError
+from kebench.editing.profiles import FAITHFUL, FAST
 from kebench.editing.registry import hparams_name
 
 logger = logging.getLogger(__name__)
@@ -57,17 +58,6 @@ MODULE_KEYS = (
     "lm_head_module",
 )
 WEIGHT_SUFFIX = ".weight"
-FAITHFUL = "faithful"
-FAST = "fast"
-
-
-def machine_profile() -> str:
-    """The hparams profile of a run that names none: the reference values (faithful)
-    where a CUDA device is visible, the CPU-tuned overlays (fast) otherwise, so that
-    `make run` and a bare `kedro run` on a laptop read and write the same outputs."""
-    import torch  # noqa: PLC0415 - settings load this module for every kedro command
-
-    return FAITHFUL if torch.cuda.is_available() else FAST
 
 
 # The overlay of a profile for a model without its own.
