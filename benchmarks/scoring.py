@@ -28,6 +28,16 @@ the tokens the model forwarded during the batched drift measures (counted by a f
 pre-hook on the model: the non-padding positions of each call's input ids, so a KV
 cache's past counts once) / seconds; and ``drift_peak_ratio``, their quotient. Target
 >= 0.7.
+
+Work done twice (issue 41): with ``--repeats``, a default run of evaluation plus
+stealthiness (``kedro run --pipelines=evaluation,stealthiness --params method=<m>``,
+its default profile and edits) for ROME and then for IKE, in one scratch project
+whose edits were made first (editing's own forwards are not counted). A
+``ForwardLedger`` watches the model: a repeat is a row whose (weights digest, token
+ids) pair was forwarded before, in this method's run or in the earlier one (whose
+stored outputs a later run may read). Prints ``repeats``: per method, the forwarded
+and repeated tokens and ``repeated_share`` (target <= 0.05 for each); and each
+pipeline's share of them. ``--only repeats`` skips everything else.
 """
 
 from __future__ import annotations
@@ -54,15 +64,19 @@ with contextlib.redirect_stdout(sys.stderr):
         load_config,
         project_catalog,
         project_model,
+        run_in_catalog,
         run_pipeline,
     )
     from kebench.scoring.drift import measure_capability
     from kebench.scoring.evaluate import ScoringSettings, score_pass
+    from kebench.scoring.forward_ledger import ForwardLedger
     from kebench.scoring.generation import GenerationSettings, generate_answers
     from kebench.scoring.logprobs import score_answers
 
 logger = logging.getLogger("benchmarks.scoring")
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
+REPEAT_METHODS = ("ROME", "IKE")
+REPEAT_PIPELINES = ("evaluation", "stealthiness")
 
 
 def build_probes(dataset: str, scratch: Path):
@@ -175,12 +189,65 @@ def time_drift(lm, scratch: Path) -> dict:
     }
 
 
+def count_repeats(dataset: str, model: str, scratch: Path) -> dict:
+    """Forwarded and repeated tokens of evaluation plus stealthiness, per method, in
+    ``scratch`` (whose probes exist); one ledger, so a later method's run also repeats
+    what an earlier one forwarded."""
+    for method in REPEAT_METHODS:
+        run_pipeline(
+            "editing", {"dataset": dataset, "model": model, "method": method}, scratch
+        )
+    ledger = ForwardLedger()
+    counts: dict[str, dict] = {}
+    for method in REPEAT_METHODS:
+        params = {"dataset": dataset, "model": model, "method": method}
+        catalog = project_catalog(params, scratch)
+        counts[method] = {}
+        forwarded, repeated = ledger.by_node.copy(), ledger.repeated_by_node.copy()
+        with ledger.watching(catalog.load("model").model):
+            for pipeline in REPEAT_PIPELINES:
+                before = ledger.summary()
+                run_in_catalog(pipeline, catalog)
+                counts[method][pipeline] = {
+                    key: ledger.summary()[key] - before[key]
+                    for key in (
+                        "forwarded_tokens",
+                        "repeated_tokens",
+                        "unknown_context_tokens",
+                    )
+                }
+        total = {
+            key: sum(part[key] for part in counts[method].values())
+            for key in ("forwarded_tokens", "repeated_tokens", "unknown_context_tokens")
+        }
+        total["repeated_share"] = round(
+            total["repeated_tokens"] / max(total["forwarded_tokens"], 1), 4
+        )
+        nodes = ledger.by_node - forwarded
+        total["nodes"] = {
+            node: [tokens, (ledger.repeated_by_node - repeated)[node]]
+            for node, tokens in nodes.most_common()
+        }
+        counts[method] = {**total, **counts[method]}
+        logger.info("repeats of %s: %s", method, counts[method])
+    return counts
+
+
 def run(args: argparse.Namespace) -> dict:
     config = load_config({"dataset": args.dataset, "model": args.model})
+    if args.only == "repeats":
+        with tempfile.TemporaryDirectory() as scratch:
+            build_probes(args.dataset, Path(scratch))
+            return {"repeats": count_repeats(args.dataset, args.model, Path(scratch))}
     lm = project_model(args.model, config)
     with tempfile.TemporaryDirectory() as scratch:
         probes = build_probes(args.dataset, Path(scratch))
         drift = time_drift(lm, Path(scratch))
+        repeats = (
+            count_repeats(args.dataset, args.model, Path(scratch))
+            if args.repeats
+            else None
+        )
     probes = probes.head(args.n_probes).reset_index(drop=True)
     logger.info("scoring %d probes", len(probes))
     settings = ScoringSettings(batch_size=args.batch_size)
@@ -228,6 +295,7 @@ def run(args: argparse.Namespace) -> dict:
         "n_probes": len(probes),
         "max_abs_diff": float(np.nanmax(diffs)),
         **drift,
+        **({"repeats": repeats} if repeats is not None else {}),
     }
 
 
@@ -235,6 +303,12 @@ def main() -> None:
     parser = model_parser(__doc__)
     parser.add_argument("--n-probes", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--repeats", action="store_true", help="also count work done twice (slow)"
+    )
+    parser.add_argument(
+        "--only", choices=["repeats"], help="count work done twice only"
+    )
     print_result(run, parser.parse_args())
 
 

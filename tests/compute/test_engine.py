@@ -65,6 +65,10 @@ def test_plans_cut_whole_delta_groups_and_key_by_content():
     assert list(sizes["ROME"]) == [2, 2, 1]
     assert list(sizes["MEMIT"]) == [3, 3]  # a batch is never split
     assert list(sizes["FT-L"]) == [2, 1]
+    # one measure of the sequential run's final state for all its cases (drift)
+    whole = plan_shards(edits, 2, {"batch_size": 16}, split_sequential=False)
+    assert list(whole.groupby(["method", "shard"]).size()["FT-L"]) == [3]
+    assert whole[whole["method"] != "FT-L"].equals(plan[plan["method"] != "FT-L"])
     prefixes = plan["method"] + "/" + plan["mode"] + "/"
     assert all(map(str.startswith, plan["shard"], prefixes))
     # the same edits scored the same way give the same keys; anything else, new ones

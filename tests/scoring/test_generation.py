@@ -11,6 +11,7 @@ import torch
 from kebench.scoring.generation import (
     GenerationSettings,
     bke_f1,
+    first_tokens_text,
     generate_answers,
     generation_table,
     model_input,
@@ -133,6 +134,31 @@ def test_an_answer_is_cut_at_its_first_stop_string_and_the_cap_is_flagged(lm):
         lm, QUESTIONS[:1], GenerationSettings(stop_strings=(), max_new_tokens=2)
     )[0]
     assert (capped.stop, capped.n_tokens) == ("cap", 2)
+
+
+@pytest.mark.model
+def test_a_decode_that_goes_on_past_its_stop_also_gives_the_shorter_answer(lm):
+    """One decode for two protocols: the answer cut at its stop string is the one a
+    decode that stops there gives, and its first 8 tokens are the greedy oracle's."""
+    prompts = ["The capital of France is", *QUESTIONS]
+    settings = GenerationSettings(stop_strings=("\n", "."), max_new_tokens=12)
+    alone = generate_answers(lm, prompts, settings)
+    together = generate_answers(lm, prompts, settings, at_least=[8, 0, 8, 8])
+    for a, b in zip(alone, together, strict=True):
+        assert (a.text, a.raw, a.stop, a.n_tokens) == (
+            b.text,
+            b.raw,
+            b.stop,
+            b.n_tokens,
+        )
+    # the first prompt stops at its full stop before 8 tokens: the decode went on
+    assert together[0].stop == "stop_string" and together[0].n_tokens < 8
+    assert len(together[0].tokens) == 8
+    for index in (0, 2, 3):
+        tokens = greedy_by_hand(lm, prompts[index], 8)
+        kept = tokens[:-1] if lm.tokenizer.eos_token_id in tokens else tokens
+        expected = lm.tokenizer.decode(kept, skip_special_tokens=True)
+        assert first_tokens_text(together[index], 8, lm.tokenizer) == expected
 
 
 @pytest.mark.model

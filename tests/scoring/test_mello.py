@@ -385,3 +385,30 @@ def test_the_tamper_audit_asks_a_memory_edit_each_facts_question(lm):
     )
     violation = lp[("c0/f0/atomic", other)] - lp[("c0/f0/atomic", asserted)]
     assert by_fact.loc["c0", "rule_violation"] == pytest.approx(violation, abs=2e-3)
+    # the evaluation's scores of the edit's own probes are read, not scored again
+    evaluated = pd.DataFrame(
+        {
+            "method": ["MeLLo", "MeLLo"],
+            "case_id": ["c0", "c1"],  # c1's row is another edit's: never read here
+            "probe_id": ["c0/d", "c1/d"],
+            "lp_edit_old": [-4.0, -9.0],
+            "lp_edit_new": [-1.0, -9.0],
+        }
+    )
+    again = audit_edits(
+        lm,
+        audited,
+        base,
+        [("MeLLo", "c0", delta)],
+        ["c0", "c1"],
+        negatives=1,
+        seed=0,
+        settings=ScoringSettings(),
+        evaluated=evaluated,
+    ).set_index("fact_case_id")
+    assert again.loc["c0", "margin"] == 3.0 and again.loc["c0", "confidence"] == -1.0
+    # scored as before, in a batch without c0's probes
+    assert again.loc["c1", "margin"] == pytest.approx(by_fact.loc["c1", "margin"])
+    assert again.loc["c0", "rule_violation"] == pytest.approx(
+        lp[("c0/f0/atomic", "old")] - lp[("c0/f0/atomic", "new")], abs=2e-3
+    )

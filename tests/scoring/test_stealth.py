@@ -24,6 +24,7 @@ from kebench.scoring.drift import (
     next_token_logprobs,
     nq_probes,
     probe_accuracy,
+    stored_base_capability,
     text_perplexity,
 )
 from kebench.scoring.stealth import (
@@ -420,6 +421,35 @@ def test_next_token_kl_of_the_base_against_itself_is_zero(lm):
 def test_the_demo_general_probes_are_mostly_known(lm):
     accuracy = probe_accuracy(lm, demo_sets().probes)
     assert accuracy["general"] >= 0.5
+
+
+@pytest.mark.model
+def test_the_base_capability_is_stored_once_and_read_back_exactly(lm, tmp_path):
+    sets = demo_sets()
+    measured = base_capability(lm, sets, 8)
+    first, partition = stored_base_capability(lm, sets, 8, {})
+    assert len(partition) == 1
+    # through a parquet file, as the store keeps it
+    (name, rows), path = next(iter(partition.items())), tmp_path / "part.parquet"
+    rows.to_parquet(path)
+    stored = {name: lambda: pd.read_parquet(path)}
+    forwards = []
+    hook = lm.model.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        read, again = stored_base_capability(lm, sets, 8, stored)
+    finally:
+        hook.remove()
+    assert again == {} and forwards == []
+    for capability in (first, read):
+        assert capability.perplexity == measured.perplexity
+        assert capability.accuracy == measured.accuracy
+        assert torch.equal(capability.next_token, measured.next_token)
+    # another batch size, or another text, is another key: measured afresh
+    _, other = stored_base_capability(lm, sets, 4, stored)
+    assert len(other) == 1
+    fewer = demo_sets({**SIZES, "neutral_texts": SIZES["neutral_texts"] - 1})
+    _, changed = stored_base_capability(lm, fewer, 8, stored)
+    assert len(changed) == 1
 
 
 @pytest.mark.model

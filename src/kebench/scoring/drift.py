@@ -17,8 +17,9 @@ stealth and AUROC.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -29,7 +30,9 @@ from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.methods.ike import joint_prefix
+from kebench.editing.runner import fingerprint
 from kebench.models.loading import LoadedModel
+from kebench.scoring.base_store import KEY, reuse_scores, weights_digest
 from kebench.scoring.evaluate import EditedShard
 from kebench.scoring.logprobs import (
     PrefixCache,
@@ -294,6 +297,49 @@ def base_capability(
         "base model: perplexity %.2f, accuracy %s", base.perplexity, base.accuracy
     )
     return base
+
+
+def capability_key(lm: LoadedModel, sets: GeneralSets, batch_size: int) -> str:
+    """The base-score store's key of the unedited model's measures: its weights
+    digest, the batch size and the token ids of every text, prompt and probe."""
+    probes = sets.probes[["set", "prompt", "answer", "wrong"]].astype(str)
+    texts = [str(t) for t in (*sets.texts, *sets.prompts, *probes.to_numpy().ravel())]
+    ids = lm.tokenizer(texts, add_special_tokens=False).input_ids
+    return fingerprint(weights_digest(lm), {"batch_size": batch_size}, ids)
+
+
+def stored_base_capability(
+    lm: LoadedModel,
+    sets: GeneralSets,
+    batch_size: int,
+    stored: Mapping[str, Callable[[], pd.DataFrame]],
+) -> tuple[Capability, dict[str, pd.DataFrame]]:
+    """``base_capability``, read from ``stored`` (the base-score store's partitions)
+    when measured before with the same weights, sets and batch size; and the new
+    partition to store (empty when read)."""
+    keys = pd.Series([capability_key(lm, sets, batch_size)], name=KEY)
+
+    def measure(_rows: pd.DataFrame) -> pd.DataFrame:
+        base = base_capability(lm, sets, batch_size)
+        return pd.DataFrame(
+            {
+                "perplexity": [base.perplexity],
+                "accuracy": [json.dumps(base.accuracy, sort_keys=True)],
+                # float64 log-probs: parquet keeps them exactly
+                "next_token": [base.next_token.tolist()],
+            }
+        )
+
+    frame, partition = reuse_scores(stored, keys, keys.to_frame(), measure)
+    row = frame.iloc[0]
+    capability = Capability(
+        perplexity=float(row["perplexity"]),
+        next_token=torch.tensor(
+            np.stack([np.asarray(r, dtype=np.float64) for r in row["next_token"]])
+        ),
+        accuracy=json.loads(row["accuracy"]),
+    )
+    return capability, partition
 
 
 def edit_drift(

@@ -33,6 +33,7 @@ from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
 from kebench.scoring.generation import (
     GenerationSettings,
     alias_list,
+    first_tokens_text,
     generate_answers,
     wild_match,
     wild_scores,
@@ -147,36 +148,68 @@ def score_pass(
         scores["mello_answer"] = answers
         scores["mello_em"] = mello_matches(probes, answers)
         return scores
+    _add_generations(scores, lm, probes, prompts, settings=settings, prefix=prefix)
+    return scores
+
+
+def _add_generations(  # noqa: PLR0913 - score_pass's state
+    scores: pd.DataFrame,
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    prompts: Sequence[str],
+    *,
+    settings: ScoringSettings,
+    prefix: str,
+) -> None:
+    """``scores``' columns of the generation protocols (gen, wild), where asked."""
     generate = probes["probe_type"].isin(settings.generate_types).to_numpy()
-    if generate.any():
-        answers = probes.loc[generate, "answer_new"]
-        texts = greedy_answers(
+    gen_texts = pd.Series(None, index=probes.index, dtype=object)
+    asked = probes["probe_type"].isin(settings.wild_types).to_numpy()
+    if settings.wild is not None and asked.any():
+        chosen = probes[asked]
+        # the prompt context asks the scored prompt; the others the question
+        in_prompt = settings.wild.context == "prompt"
+        texts = (
+            chosen["prompt"]
+            if in_prompt
+            else chosen["question"].fillna(chosen["prompt"])
+        )
+        # a probe also generated (gen) asks the same prompt greedily: its decode goes
+        # on for gen's tokens past wild's stop, and serves both
+        shared = generate[asked] & in_prompt
+        answers = generate_answers(
             lm,
-            [p for p, g in zip(prompts, generate, strict=True) if g],
+            list(texts),
+            settings.wild,
+            prefix,
+            at_least=[settings.max_new_tokens * bool(s) for s in shared],
+        )
+        scores.loc[asked, "wild_text"] = [a.text for a in answers]
+        scores.loc[asked, "wild_stop"] = [a.stop for a in answers]
+        scores.loc[asked, "wild_tokens"] = [float(a.n_tokens) for a in answers]
+        gen_texts.loc[chosen.index[shared]] = [
+            gen_text(first_tokens_text(a, settings.max_new_tokens, lm.tokenizer))
+            for a, s in zip(answers, shared, strict=True)
+            if s
+        ]
+    alone = generate & gen_texts.isna().to_numpy()
+    if alone.any():
+        gen_texts[alone] = greedy_answers(
+            lm,
+            [p for p, g in zip(prompts, alone, strict=True) if g],
             settings.max_new_tokens,
-            batch_size,
+            settings.batch_size,
             prefix,
         )
+    if generate.any():
+        texts = gen_texts[generate]
+        answers = probes.loc[generate, "answer_new"]
         scores.loc[generate, "gen_em"] = [
             exact_match(t, a) for t, a in zip(texts, answers, strict=True)
         ]
         scores.loc[generate, "gen_f1"] = [
             token_f1(t, a) for t, a in zip(texts, answers, strict=True)
         ]
-    asked = probes["probe_type"].isin(settings.wild_types).to_numpy()
-    if settings.wild is not None and asked.any():
-        chosen = probes[asked]
-        # the prompt context asks the scored prompt; the others the question
-        texts = (
-            chosen["prompt"]
-            if settings.wild.context == "prompt"
-            else chosen["question"].fillna(chosen["prompt"])
-        )
-        answers = generate_answers(lm, list(texts), settings.wild, prefix)
-        scores.loc[asked, "wild_text"] = [a.text for a in answers]
-        scores.loc[asked, "wild_stop"] = [a.stop for a in answers]
-        scores.loc[asked, "wild_tokens"] = [float(a.n_tokens) for a in answers]
-    return scores
 
 
 def mello_matches(probes: pd.DataFrame, answers: Sequence[str | None]) -> list[float]:
@@ -266,7 +299,12 @@ def greedy_answers(
         batch_size=batch_size,
     )
     answers = generate_answers(lm, prompts, settings, prefix)
-    return [answer.raw.strip().split("\n")[0] for answer in answers]
+    return [gen_text(answer.raw) for answer in answers]
+
+
+def gen_text(raw: str) -> str:
+    """Protocol ``gen``'s answer in a greedy continuation: its first line."""
+    return raw.strip().split("\n")[0]
 
 
 def case_digests(probes: pd.DataFrame) -> dict[str, str]:
@@ -461,9 +499,15 @@ def plan_shards(
     shard_size: int,
     *salt: object,
     content: Mapping[str, str] | None = None,
+    split_sequential: bool = True,
 ) -> pd.DataFrame:
     """``edits`` (ok manifest rows) with a ``shard`` column: consecutive delta groups of
     one method and mode, about ``shard_size`` cases each.
+
+    A sequential run's cases all see its final state: they are cut into shards when
+    each case is measured on its own probes (``split_sequential``), and kept in one
+    shard when every case gets the same measure of that state (drift), so that it is
+    measured once.
 
     A shard's key, ``<METHOD>/<mode>/<index>-<hash>``, hashes the fingerprints of the
     edits it applies, ``content`` of its cases (case_id -> a digest of what is scored,
@@ -473,8 +517,12 @@ def plan_shards(
     parts = []
     for (method, mode), rows in edits.groupby(["method", "mode"], sort=True):
         ordered = rows.sort_values("order")
-        if mode == "sequential":  # every case sees every delta: cut by case
-            groups = [ordered.iloc[[i]] for i in range(len(ordered))]
+        if mode == "sequential":  # every case sees every delta
+            groups = (
+                [ordered.iloc[[i]] for i in range(len(ordered))]
+                if split_sequential
+                else [ordered]
+            )
             applied = list(ordered["fingerprint"])
         else:
             groups = [g for _, g in ordered.groupby("delta_file", sort=False)]

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList, StopStringCriteria
 
 from kebench.models.loading import LoadedModel
 from kebench.schemas import GENERATIONS, UNCHANGED_TYPES
@@ -73,6 +74,8 @@ class Generation:
     raw: str
     stop: str
     n_tokens: int
+    # every token generated, past the stop where the decode went on (``at_least``)
+    tokens: tuple[int, ...] = ()
 
 
 def model_input(lm: LoadedModel, text: str, settings: GenerationSettings) -> str:
@@ -113,15 +116,59 @@ def _answer(
     return Generation(raw.strip(), raw, "eos" if ended else "cap", len(kept))
 
 
+def first_tokens_text(generation: Generation, n: int, tokenizer: object) -> str:
+    """What a greedy decode capped at ``n`` tokens, without stop strings, would have
+    generated: the first ``n`` of ``generation.tokens`` (made with ``at_least >= n``)."""
+    uncut = GenerationSettings(stop_strings=(), max_new_tokens=n)
+    return _answer(list(generation.tokens[:n]), tokenizer, uncut).raw
+
+
+class _StopAfter(StoppingCriteria):
+    """Ends a row at its first stop string, or at ``cap`` new tokens, once it has also
+    generated ``at_least[row]`` tokens; keeps where each row's stop string ended
+    (``stopped_at``, -1 for none), so the answer it would have stopped at is known."""
+
+    def __init__(  # noqa: PLR0913 - one decode's stops
+        self,
+        tokenizer: object,
+        stop_strings: Sequence[str],
+        width: int,
+        cap: int,
+        at_least: torch.Tensor,
+    ) -> None:
+        self._strings = (
+            StopStringCriteria(tokenizer=tokenizer, stop_strings=list(stop_strings))
+            if stop_strings
+            else None
+        )
+        self._width, self._cap, self._at_least = width, cap, at_least
+        self.stopped_at = torch.full_like(at_least, -1)
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        n = input_ids.shape[1] - self._width
+        if self._strings is not None and n <= self._cap:
+            hit = self._strings(input_ids, scores).cpu() & (self.stopped_at < 0)
+            self.stopped_at[hit] = n
+        done = (self.stopped_at >= 0) | (n >= self._cap)
+        return (done & (n >= self._at_least)).to(input_ids.device)
+
+
 @torch.no_grad()
 def generate_answers(
     lm: LoadedModel,
     texts: Sequence[str],
     settings: GenerationSettings,
     prefix: str = "",
+    at_least: Sequence[int] | None = None,
 ) -> list[Generation]:
     """Greedy answers to ``texts`` (``model_input``'s), each after ``prefix`` (an
-    in-context edit's demonstrations) and in the configured context."""
+    in-context edit's demonstrations) and in the configured context.
+
+    ``at_least``: per text, how many tokens its decode goes on for past its stop
+    string (EOS still ends it), so that one decode also serves a shorter protocol of
+    the same greedy answer (``first_tokens_text``). Each answer is the one it stops at
+    without it; its ``tokens`` hold all that was generated.
+    """
     tokenizer = lm.tokenizer
     # the chat template already holds the special tokens
     special = settings.context != "chat"
@@ -137,6 +184,9 @@ def generate_answers(
     # answered once
     distinct = list(dict.fromkeys(inputs))
     rows = [list(row) for row in distinct]
+    longest = dict.fromkeys(distinct, 0)
+    for row, n in zip(inputs, at_least or [0] * len(inputs), strict=True):
+        longest[row] = max(longest[row], n)
     cached = shared_prefix(lm.model, tokenizer, prefix, rows, special)
     skip = len(cached) if cached is not None else 0
     answers: dict[tuple[int, ...], Generation] = {}
@@ -149,21 +199,28 @@ def generate_answers(
             # the prefix, then each row's padding and text
             ids = torch.cat([torch.tensor([cached.ids] * len(batch)), ids], dim=1)
         device = lm.model.device
+        width = ids.shape[1]
+        # one criterion for the stop strings and the rows that go on past them
+        going_on = torch.tensor([longest[distinct[i]] for i in batch])
+        stops = _StopAfter(
+            tokenizer, settings.stop_strings, width, settings.max_new_tokens, going_on
+        )
         generated = lm.model.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
-            max_new_tokens=settings.max_new_tokens,
+            max_new_tokens=max(settings.max_new_tokens, int(going_on.max())),
             do_sample=False,
-            stop_strings=list(settings.stop_strings) or None,
-            tokenizer=tokenizer,
+            stopping_criteria=StoppingCriteriaList([stops]),
             pad_token_id=tokenizer.pad_token_id,
             **extra,
         )
-        width = ids.shape[1]
-        for index, row in zip(batch, generated, strict=True):
-            answers[distinct[index]] = _answer(
-                row[width:].tolist(), tokenizer, settings
-            )
+        for index, row, stopped_at in zip(
+            batch, generated, stops.stopped_at.tolist(), strict=True
+        ):
+            tokens = row[width:].tolist()
+            end = stopped_at if stopped_at >= 0 else settings.max_new_tokens
+            answer = _answer(tokens[:end], tokenizer, settings)
+            answers[distinct[index]] = replace(answer, tokens=tuple(tokens))
     return [answers[row] for row in inputs]
 
 

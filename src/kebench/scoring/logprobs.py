@@ -10,6 +10,8 @@ from the attention mask, so a padded row scores exactly as it would alone.
 from __future__ import annotations
 
 import copy
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,6 +113,27 @@ def pad_batch(
     return ids, mask, positions, offsets
 
 
+# prefixes kept per model: one edit's, in its two tokenisations (with and without its
+# last token, which can merge with the text after it), with room for a neighbour's
+KEPT_PREFIXES = 4
+
+
+def model_state(model: torch.nn.Module) -> tuple:
+    """What a forward pass of ``model`` depends on besides its input, cheaply: each
+    parameter's version (an in-place change, such as a delta applied or reverted,
+    bumps it) and the forward hooks of its modules (a memory-based edit's)."""
+    versions = tuple(param._version for param in model.parameters())
+    hooks = tuple(
+        id(hook)
+        for module in model.modules()
+        for hook in (
+            *module._forward_pre_hooks.values(),
+            *module._forward_hooks.values(),
+        )
+    )
+    return versions, hooks
+
+
 @dataclass(frozen=True)
 class PrefixCache:
     """The tokens that begin every row of a pass (an in-context edit's prefix), run
@@ -126,14 +149,28 @@ class PrefixCache:
     @classmethod
     @torch.no_grad()
     def of(cls, model: PreTrainedModel, ids: Sequence[int]) -> PrefixCache:
-        """Run ``ids`` through ``model`` once and keep their cache."""
+        """Run ``ids`` through ``model`` once and keep their cache.
+
+        The last few prefixes are kept per model, while it stays in the same state
+        (``model_state``): an in-context edit's prefix is asked by every scoring call
+        of its edit (teacher forcing, both generations, the drift measures), and ran
+        once.
+        """
+        kept = _PREFIXES.setdefault(model, OrderedDict())
+        key = (model_state(model), tuple(ids))
+        if key in kept:
+            kept.move_to_end(key)
+            return kept[key]
         device = next(model.parameters()).device
         output = model(
             input_ids=torch.tensor([list(ids)], device=device),
             use_cache=True,
             logits_to_keep=1,
         )
-        return cls(tuple(ids), output.cache)
+        kept[key] = cls(tuple(ids), output.cache)
+        while len(kept) > KEPT_PREFIXES:
+            kept.popitem(last=False)
+        return kept[key]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -145,6 +182,12 @@ class PrefixCache:
         cache = copy.deepcopy(self.cache)
         cache.reorder_cache(torch.zeros(n, dtype=torch.long))
         return cache
+
+
+# model -> its kept prefixes, most recently used last (``PrefixCache.of``)
+_PREFIXES: weakref.WeakKeyDictionary[
+    torch.nn.Module, OrderedDict[tuple, PrefixCache]
+] = weakref.WeakKeyDictionary()
 
 
 def with_prefix(

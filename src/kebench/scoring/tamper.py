@@ -198,6 +198,7 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
     negatives: int,
     seed: int,
     settings: ScoringSettings,
+    evaluated: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Audit each ``(method, case_id, delta)`` edit on its own fact and on up to
     ``negatives`` facts of the pool that it did not edit.
@@ -206,6 +207,9 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
         probes: ``audit_probes`` of the pool.
         base: ``score_pass`` columns of the direct probes under the unedited model,
             indexed by probe_id.
+        evaluated: the evaluation's ``probe_scores`` of these single-mode edits: an
+            edit's own direct and entailed probes, which it scored under the same
+            edit, are read from it instead of scored again.
     """
     by_id = probes.set_index("probe_id", drop=False)
     parts = []
@@ -213,8 +217,17 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
         seen = facts_in_prefix(probes, delta.prefix)
         facts = [case_id, *pick_negatives(pool, case_id, negatives, seed, seen)]
         selected = by_id[by_id["case_id"].isin(facts)]
-        with delta_applied(lm.model, delta):
-            scores = score_pass(lm, selected, prompt_context([delta]), settings)
+        known = _evaluated_scores(evaluated, method, case_id)
+        reused = selected.index.isin(known.index)
+        scored = [known.loc[selected.index[reused]]]
+        if not reused.all():
+            with delta_applied(lm.model, delta):
+                scored.append(
+                    score_pass(
+                        lm, selected[~reused], prompt_context([delta]), settings
+                    )[["lp_old", "lp_new"]]
+                )
+        scores = pd.concat(scored).loc[selected.index]
         audited = fact_scores(selected, scores, base)
         parts.append(
             audited.reset_index().assign(
@@ -228,6 +241,20 @@ def audit_edits(  # noqa: PLR0913 - the audit's inputs
     if not parts:
         return pd.DataFrame()
     return pd.concat(parts, ignore_index=True)
+
+
+def _evaluated_scores(
+    evaluated: pd.DataFrame | None, method: str, case_id: str
+) -> pd.DataFrame:
+    """``lp_old`` and ``lp_new`` by probe_id of one edit's evaluated probes."""
+    if evaluated is None:
+        return pd.DataFrame(columns=["lp_old", "lp_new"], dtype=float)
+    rows = evaluated[
+        (evaluated["method"] == method) & (evaluated["case_id"] == case_id)
+    ]
+    return rows.set_index("probe_id")[["lp_edit_old", "lp_edit_new"]].rename(
+        columns={"lp_edit_old": "lp_old", "lp_edit_new": "lp_new"}
+    )
 
 
 def _edited_vs_unedited(
@@ -252,9 +279,10 @@ def audit_stored_edits(  # noqa: PLR0913 - the audit's inputs
     negatives: int,
     seed: int,
     settings: ScoringSettings,
+    evaluated: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``audit_edits`` of the stored single-mode edits (``manifest``) whose facts can be
-    audited.
+    audited (``evaluated``: as ``audit_edits`` takes it).
 
     Raises:
         ValueError: fewer than two auditable facts (an edited and an unedited one).
@@ -280,6 +308,7 @@ def audit_stored_edits(  # noqa: PLR0913 - the audit's inputs
         negatives=negatives,
         seed=seed,
         settings=settings,
+        evaluated=evaluated,
     )
 
 

@@ -226,12 +226,14 @@ def audit_tampering(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     entailed_facts: pd.DataFrame,
     relation_templates: dict[str, dict[str, str]],
     base_probe_scores: pd.DataFrame,
+    probe_scores: pd.DataFrame,
     mitigation_edits: pd.DataFrame,
     edit_deltas_stored: DeltaStore,
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """``tamper_audit``: each edited model's detector scores on its own edited fact and
-    on facts of other edits that it left alone and was not shown."""
+    on facts of other edits that it left alone and was not shown. What the evaluation
+    scored under the same edit is read from ``probe_scores``."""
     audit = params["audit"]
     return audit_stored_edits(
         model,
@@ -244,6 +246,7 @@ def audit_tampering(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         negatives=int(audit["negatives_per_edit"]),
         seed=int(audit["seed"]),
         settings=ScoringSettings(batch_size=int(params["batch_size"])),
+        evaluated=probe_scores,
     )
 
 

@@ -117,6 +117,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "entailed_facts",
                     "params:qa_generation.relation_templates",
                     "base_probe_scores",
+                    "probe_scores",
                     "mitigation_edits",
                     "edit_deltas_stored",
                     "params:mitigation",

@@ -26,9 +26,9 @@ from kebench.scoring.drift import (
     Capability,
     DriftShard,
     GeneralSets,
-    base_capability,
     general_sets,
     measure_drift_shard,
+    stored_base_capability,
 )
 from kebench.scoring.evaluate import plan_shards, require_scored
 from kebench.scoring.stealth import edit_outcomes, stealth_scores
@@ -96,10 +96,20 @@ def build_general_sets(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 
 
 def measure_base_capability(
-    model: LoadedModel, general_sets: GeneralSets, params: dict[str, Any]
-) -> Capability:
-    """The unedited model on the general sets, once: every edit's reference."""
-    return base_capability(model, general_sets, int(params["batch_size"]))
+    model: LoadedModel,
+    general_sets: GeneralSets,
+    base_capability_store_stored: dict[str, Any],
+    params: dict[str, Any],
+) -> tuple[Capability, dict[str, pd.DataFrame]]:
+    """The unedited model on the general sets, every edit's reference; read from the
+    base-score store when any run measured it with the same weights and sets."""
+    capability, partition = stored_base_capability(
+        model, general_sets, int(params["batch_size"]), base_capability_store_stored
+    )
+    logger.info(
+        "base capability %s", "measured now" if partition else "read from the store"
+    )
+    return capability, partition
 
 
 def plan_drift_shards(
@@ -109,7 +119,8 @@ def plan_drift_shards(
     compute: dict[str, Any],
 ) -> pd.DataFrame:
     """The successful edits to measure, in shards of ``compute.shard_size`` cases keyed
-    by their edits, the general sets and the batch size."""
+    by their edits, the general sets and the batch size; a sequential run's final
+    state in one shard, measured once for all its cases."""
     ok = stealth_edits[stealth_edits["status"] == "ok"]
     shard_size = ComputeSettings.from_params(compute).shard_size
     sets = (
@@ -117,7 +128,9 @@ def plan_drift_shards(
         general_sets.prompts,
         general_sets.probes.to_numpy().tolist(),
     )
-    return plan_shards(ok, shard_size, sets, int(params["batch_size"]))
+    return plan_shards(
+        ok, shard_size, sets, int(params["batch_size"]), split_sequential=False
+    )
 
 
 def measure_drift_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs

@@ -44,8 +44,13 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 func=measure_base_capability,
-                inputs=["model", "general_sets", "params:stealthiness"],
-                outputs="base_capability",
+                inputs=[
+                    "model",
+                    "general_sets",
+                    "base_capability_store_stored",
+                    "params:stealthiness",
+                ],
+                outputs=["base_capability", "base_capability_store"],
                 name="measure_base_capability",
             ),
             Node(
