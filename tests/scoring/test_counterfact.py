@@ -16,6 +16,7 @@ import torch
 from kebench.scoring.counterfact import (
     CounterfactSettings,
     case_scores,
+    evaluated_nlls,
     load_reference_texts,
     mean_nlls,
     metric_rows,
@@ -204,6 +205,65 @@ def test_mean_nll_is_the_answers_mean_token_nll(lm):
             logprobs[i - 1, ids[i]].item() for i in range(len(prompt_ids), len(ids))
         ]
         assert scored[column] == pytest.approx(-np.mean(answer_lps), abs=1e-4)
+
+
+def test_nlls_the_evaluation_scored_are_read_not_scored_again(lm):
+    probes = pd.DataFrame(
+        {
+            "probe_id": ["p0", "p1", "p2"],
+            "case_id": ["c0", "c0", "c1"],
+            "prompt": ["The official language of Brazil is", "Brazil speaks", "X is"],
+            "answer_new": ["Finnish", "Finnish", "Y"],
+            "answer_old": ["Portuguese", "Portuguese", None],
+        }
+    )
+    scores = pd.DataFrame(
+        {
+            "probe_id": ["p0", "p2"],
+            "case_id": ["c0", "c1"],
+            "lp_edit_new": [-3.0, -1.0],
+            "lp_edit_old": [-8.0, float("nan")],  # no old answer: no CounterFact pair
+            "n_tokens_new": [2, 1],
+            "n_tokens_old": [4, 0],
+        }
+    )
+    known = evaluated_nlls(probes, scores, "lp_edit_new", "lp_edit_old")
+    assert known.to_dict("records") == [
+        {
+            "case_id": "c0",
+            "prompt": "The official language of Brazil is",
+            "target_new": "Finnish",
+            "target_true": "Portuguese",
+            "nll_new": 1.5,
+            "nll_true": 2.0,
+        }
+    ]
+    prompts = pd.DataFrame(
+        {
+            "case_id": ["c0", "c0", "c9"],  # c9 asks c0's prompt: another case's
+            "prompt": [
+                "Brazil speaks",
+                "The official language of Brazil is",
+                "The official language of Brazil is",
+            ],
+            "target_new": ["Finnish"] * 3,
+            "target_true": ["Portuguese"] * 3,
+        },
+        index=[7, 8, 9],
+    )
+    forwards = []
+    hook = lm.model.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        nlls = mean_nlls(lm, prompts, known=known)
+    finally:
+        hook.remove()
+    assert list(nlls.index) == [7, 8, 9]
+    assert (nlls.loc[8, "nll_new"], nlls.loc[8, "nll_true"]) == (1.5, 2.0)
+    scored = mean_nlls(lm, prompts.loc[[7, 9]])
+    assert forwards  # the other two are scored
+    for row in (7, 9):
+        assert nlls.loc[row, "nll_new"] == pytest.approx(scored.loc[row, "nll_new"])
+        assert nlls.loc[row, "nll_true"] == pytest.approx(scored.loc[row, "nll_true"])
 
 
 ROME_NLLS = Path(__file__).parent / "data" / "rome_counterfact_nlls.json"

@@ -9,6 +9,7 @@ import torch
 
 from kebench.editing.delta import Delta, ParamDelta, apply_delta
 from kebench.scoring.lifelong import (
+    CheckpointStore,
     LifelongSettings,
     WeightDrift,
     build_stream,
@@ -113,6 +114,20 @@ def test_bad_checkpoints_are_named(checkpoints):
     params = {"checkpoints": checkpoints, "batch_size": 4, "collapse_below": 0.5}
     with pytest.raises(ValueError, match=r"lifelong\.checkpoints"):
         LifelongSettings.from_params(params)
+
+
+def test_the_unedited_checkpoint_is_measured_once_for_every_method(tmp_path):
+    store = CheckpointStore(tmp_path)
+    record = {"method": "ROME", "checkpoint": 0, "key": "k0", "failed": 0}
+    store.save(record)
+    store.save({"method": "MEMIT", "checkpoint": 0, "key": "old", "failed": 0})
+    store.save({"method": "ROME", "checkpoint": 1, "key": "k0", "failed": 0})
+    # another method's checkpoint 0 under the same key, as this method's
+    assert store.unedited("FT-L", "k0") == record | {"method": "FT-L"}
+    assert store.unedited("MEMIT", "k0") == record | {"method": "MEMIT"}
+    # the own record first; a later checkpoint or another key is never taken
+    assert store.unedited("ROME", "k0") == record
+    assert store.unedited("FT-L", "k1") is None
 
 
 def test_the_probes_after_k_edits_are_those_of_the_edits_so_far_not_rewritten():

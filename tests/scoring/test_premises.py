@@ -8,9 +8,15 @@ import pandas as pd
 import pytest
 
 from kebench.schemas import PREMISE_PROBES
+from kebench.scoring.evaluate import ScoringSettings, score_pass
 from kebench.scoring.generation import GenerationSettings
 from kebench.scoring.metrics import squad_normalise
-from kebench.scoring.premises import known_probes, known_share, premise_knowledge
+from kebench.scoring.premises import (
+    answered_prompts,
+    known_probes,
+    known_share,
+    premise_knowledge,
+)
 from tests.scoring.test_generation import greedy_by_hand
 
 
@@ -98,6 +104,56 @@ def test_known_means_the_base_model_generates_the_answer(lm):
     again, none = premise_knowledge(lm, PREMISES, "smollm2", settings, stored)
     assert none == {}
     pd.testing.assert_frame_equal(again, table)
+
+
+def test_answered_prompts_are_those_stopped_within_the_premise_budget():
+    probes = pd.DataFrame({"probe_id": ["a", "b", "c", "d"], "prompt": list("ABCD")})
+    base = pd.DataFrame(
+        {
+            "probe_id": ["a", "b", "c", "d"],
+            "wild_text": ["x", "y", "z", "w"],
+            "wild_stop": ["stop_string", "eos", "cap", "stop_string"],
+            "wild_tokens": [3.0, 16.0, 4.0, 17.0],
+        }
+    )
+    # c never stopped; d stopped past 16 tokens, where a premise decode is cut
+    assert answered_prompts(probes, base, 16) == {"A": "x", "B": "y"}
+
+
+@pytest.mark.model
+def test_premises_a_base_free_answer_answers_are_not_generated_again(lm):
+    settings = GenerationSettings(stop_strings=("\n", "."), max_new_tokens=8)
+    probes = PREMISES.drop_duplicates("prompt").assign(
+        probe_type="direct", answer_new="x", answer_old=None, question=None
+    )
+    wild = GenerationSettings(stop_strings=("\n", "."), max_new_tokens=50)
+    base = score_pass(
+        lm,
+        probes.set_index("probe_id", drop=False),
+        settings=ScoringSettings(wild=wild, wild_types=("direct",)),
+    ).reset_index(names="probe_id")
+    answered = answered_prompts(probes, base, settings.max_new_tokens)
+    assert answered  # SmolLM2 ends some of these answers within 8 tokens
+    asked = []
+    hook = lm.model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: (
+            asked.extend(kwargs["input_ids"].tolist())
+            if kwargs.get("cache") is None or kwargs["cache"].get_seq_length() == 0
+            else None
+        ),
+        with_kwargs=True,
+    )
+    try:
+        table, _ = premise_knowledge(
+            lm, PREMISES, "smollm2", settings, answered=answered
+        )
+    finally:
+        hook.remove()
+    prompts = {lm.tokenizer.decode(row, skip_special_tokens=True) for row in asked}
+    assert not {p for p in prompts if p.strip() in answered}
+    # the same answers as the premises' own greedy decode
+    for row in table.to_dict("records"):
+        assert row["generation"] == plain_greedy(lm, row["prompt"], settings)
 
 
 def test_a_probe_is_known_when_all_its_premises_are():

@@ -104,22 +104,65 @@ class CounterfactSettings:
             )
 
 
+# what a CounterFact prompt's NLLs depend on, besides the model
+NLL_KEY = ["case_id", "prompt", "target_new", "target_true"]
+
+
+def evaluated_nlls(
+    probes: pd.DataFrame, scores: pd.DataFrame, lp_new: str, lp_old: str
+) -> pd.DataFrame:
+    """Mean token NLLs of the probes the evaluation scored (``scores``: probe_id,
+    ``lp_new`` and ``lp_old`` columns, n_tokens_new, n_tokens_old), by ``NLL_KEY``: a
+    probe whose prompt and two answers are a CounterFact prompt's and targets."""
+    rows = scores.dropna(subset=[lp_old]).merge(
+        probes[["probe_id", "case_id", "prompt", "answer_new", "answer_old"]],
+        on="probe_id",
+        suffixes=("_score", ""),
+    )
+    return (
+        rows.assign(
+            target_new=rows["answer_new"],
+            target_true=rows["answer_old"],
+            nll_new=-rows[lp_new] / rows["n_tokens_new"],
+            nll_true=-rows[lp_old] / rows["n_tokens_old"],
+        )
+        .drop_duplicates(NLL_KEY)[[*NLL_KEY, "nll_new", "nll_true"]]
+        .reset_index(drop=True)
+    )
+
+
 def mean_nlls(
-    lm: LoadedModel, prompts: pd.DataFrame, prefix: str = "", batch_size: int = 16
+    lm: LoadedModel,
+    prompts: pd.DataFrame,
+    prefix: str = "",
+    batch_size: int = 16,
+    known: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The mean token NLL of each prompt's ``target_new`` and ``target_true``
-    (columns ``nll_new``, ``nll_true``), after ``prefix``."""
-    texts = list(prompts["prompt"])
-    scored = score_answers(
-        lm.model,
-        lm.tokenizer,
-        texts + texts,
-        [*prompts["target_new"], *prompts["target_true"]],
-        batch_size=batch_size,
-        prefix=prefix,
+    (columns ``nll_new``, ``nll_true``), after ``prefix``. ``known``
+    (``evaluated_nlls``): NLLs the evaluation computed under the same model state,
+    read instead of scored again."""
+    found = (
+        prompts[NLL_KEY].merge(known, on=NLL_KEY, how="left").set_index(prompts.index)
+        if known is not None and len(known)
+        else pd.DataFrame({"nll_new": np.nan, "nll_true": np.nan}, index=prompts.index)
     )
-    nll = [-s.logprob / s.n_tokens for s in scored]
-    return prompts.assign(nll_new=nll[: len(texts)], nll_true=nll[len(texts) :])
+    missing = found["nll_new"].isna().to_numpy()
+    if missing.any():
+        rest = prompts[missing]
+        texts = list(rest["prompt"])
+        scored = score_answers(
+            lm.model,
+            lm.tokenizer,
+            texts + texts,
+            [*rest["target_new"], *rest["target_true"]],
+            batch_size=batch_size,
+            prefix=prefix,
+        )
+        nll = [-s.logprob / s.n_tokens for s in scored]
+        found.loc[missing, "nll_new"] = nll[: len(texts)]
+        found.loc[missing, "nll_true"] = nll[len(texts) :]
+    return prompts.assign(nll_new=found["nll_new"], nll_true=found["nll_true"])
 
 
 def _seed(*parts: object) -> int:
@@ -318,17 +361,19 @@ def case_scores(
     return pd.DataFrame(rows)
 
 
-def score_cases(
+def score_cases(  # noqa: PLR0913 - the prefix and known NLLs are optional
     lm: LoadedModel,
     prompts: pd.DataFrame,
     settings: CounterfactSettings,
     references: ReferenceTexts | None,
     prefix: str = "",
+    *,
+    known: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``case_scores`` of ``prompts``' cases (``COUNTERFACT_PROMPTS`` rows) under the
-    model as it is now, after ``prefix``."""
+    model as it is now, after ``prefix`` (``known``: as ``mean_nlls`` takes it)."""
     scored = prompts[prompts["kind"].isin(PROBABILITY_KINDS)]
-    nlls = mean_nlls(lm, scored, prefix, settings.batch_size)
+    nlls = mean_nlls(lm, scored, prefix, settings.batch_size, known)
     generated = {
         case_id: sample_texts(lm, list(part["prompt"]), settings, prefix, case_id)
         for case_id, part in prompts[prompts["kind"] == GENERATION_KIND].groupby(
@@ -433,6 +478,8 @@ class CounterfactShard(EditedShard):
     prompts: pd.DataFrame
     settings: CounterfactSettings
     references: ReferenceTexts | None
+    # the evaluation's NLLs of the shard's probes under the same edits
+    known: pd.DataFrame | None = None
 
 
 @torch.no_grad()
@@ -454,7 +501,14 @@ def score_shard(lm: LoadedModel, shard: CounterfactShard) -> pd.DataFrame:
             )
             continue
         parts.append(
-            score_cases(lm, selected, shard.settings, shard.references, context.prefix)
+            score_cases(
+                lm,
+                selected,
+                shard.settings,
+                shard.references,
+                context.prefix,
+                known=shard.known,
+            )
         )
     cases = pd.concat(parts) if parts else pd.DataFrame(columns=["case_id"])
     return score_rows(cases, shard.prompts, lm.name, shard.method)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,6 +277,18 @@ class CheckpointStore:
         record = json.loads(path.read_text(encoding="utf-8"))
         return record if record.get("key") == key else None
 
+    def unedited(self, method: str, key: str) -> dict[str, Any] | None:
+        """Checkpoint 0 (the unedited model) measured under ``key``: the method's own,
+        else another method's, whose measures are the same model's."""
+        own = self.load(method, 0, key)
+        if own is not None:
+            return own
+        for path in sorted(self.root.glob("*/checkpoint-00000.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if record.get("key") == key:
+                return {**record, "method": method}
+        return None
+
     def save(self, record: dict[str, Any]) -> None:
         path = self._path(record["method"], record["checkpoint"])
         with atomic_path(path) as tmp:
@@ -311,7 +323,12 @@ def _measure(  # noqa: PLR0913 - one model state and what is measured on it
     try:
         if not chosen.empty:
             scoring = ScoringSettings(batch_size=settings.batch_size)
-            edited = score_pass(lm, chosen, context, scoring)
+            # before any edit, the model is the one the base scores measured
+            edited = (
+                base.loc[chosen.index]
+                if done == 0
+                else score_pass(lm, chosen, context, scoring)
+            )
             rows = probe_outcomes(
                 probe_score_rows(chosen, base, edited, lm.name, "stream")
             )
@@ -351,6 +368,16 @@ def _float(value: object) -> float | None:
     return None if pd.isna(value) else float(value)
 
 
+@torch.no_grad()
+def unedited_scores(
+    lm: LoadedModel, stream: Stream, settings: LifelongSettings
+) -> pd.DataFrame:
+    """``score_pass`` of every probe of the stream under the model as it is."""
+    return score_pass(
+        lm, stream.probes, settings=ScoringSettings(batch_size=settings.batch_size)
+    )
+
+
 def chain_fingerprints(
     model: str, job: EditJob, requests: Sequence[EditRequest], seed: int
 ) -> list[str]:
@@ -373,13 +400,17 @@ def run_stream(  # noqa: PLR0913 - the stream's inputs
     sets: GeneralSets,
     settings: LifelongSettings,
     max_relative_norm: float,
+    base_scores: Callable[[], pd.DataFrame] | None = None,
 ) -> list[dict[str, Any]]:
     """Edit the stream with one method and measure it at every checkpoint; the
     checkpoint records, stored or new, in order (checkpoint 0 first).
 
     Deltas go to ``store`` and records to ``checkpoints`` as they are made; only the
     checkpoints not found under their key are measured, and editing stops after the
-    last checkpoint's edit.
+    last checkpoint's edit. Checkpoint 0, the unedited model, is any method's: it is
+    measured once for every method of the stream. ``base_scores``: the unedited
+    model's ``score_pass`` of the stream's probes (``unedited_scores``), shared by
+    the methods of a run; default, scored here.
     """
     if job.mode != MODE:
         raise ValueError(f"a lifelong stream edits in sequential mode, not {job.mode}")
@@ -397,6 +428,9 @@ def run_stream(  # noqa: PLR0913 - the stream's inputs
     keys = {0: fingerprint(measured, "unedited")}
     keys |= {k: fingerprint(measured, chain[k - 1]) for k in schedule}
     records = {k: checkpoints.load(method, k, key) for k, key in keys.items()}
+    if records[0] is None and (shared := checkpoints.unedited(method, keys[0])):
+        checkpoints.save(shared)
+        records[0] = shared
     missing = sorted(k for k, record in records.items() if record is None)
     logger.info(
         "%s: a stream of %d edits, checkpoints %s; %d to measure",
@@ -408,10 +442,7 @@ def run_stream(  # noqa: PLR0913 - the stream's inputs
     if not missing:
         return [records[k] for k in sorted(records)]
     state = _StreamState(WeightDrift(lm.model), [])
-    with torch.no_grad():
-        base = score_pass(
-            lm, stream.probes, settings=ScoringSettings(batch_size=settings.batch_size)
-        )
+    base = (base_scores or (lambda: unedited_scores(lm, stream, settings)))()
 
     def measure(done: int) -> None:
         record = _measure(

@@ -258,6 +258,12 @@ def answer_questions(
     runs: dict[int, MelloRun] = {}
     active = list(range(len(questions)))
     for hop in range(1, settings.max_hops + 1):
+        # Each hop runs its transcript again, without the last hop's KV cache: the
+        # retrieved fact is text appended to it, and re-tokenised with it (a token can
+        # merge across the join), so the cached tokens are not in general the new
+        # text's first tokens. The demonstrations, most of the tokens, run once per
+        # model state (PrefixCache.of keeps them); the question and earlier hops, a
+        # few dozen tokens each, run again.
         generated = generate_answers(
             lm, [texts[i] for i in active], generation, DEMONSTRATIONS
         )

@@ -29,32 +29,31 @@ from kebench.scoring.metrics import bootstrap_ci
 KEYS = ["prompt", "answer", "aliases"]
 
 
-def premise_knowledge(
+def premise_knowledge(  # noqa: PLR0913 - what is already known is optional
     lm: LoadedModel,
     premise_probes: pd.DataFrame,
     model: str,
     settings: GenerationSettings,
     stored: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
+    *,
+    answered: Mapping[str, str] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """Ask the base model each distinct premise once; one row per probe premise. A
     premise whose generation ``stored`` holds (same weights, settings and prompt
-    token ids) is not asked again; the second value holds the new generations, to
-    store."""
+    token ids) is not asked again, nor one whose prompt ``answered`` holds (the
+    base model's greedy answer to it under these settings, from another protocol's
+    decode); the second value holds the new generations, to store."""
     distinct = premise_probes.drop_duplicates(KEYS)[KEYS].reset_index(drop=True)
     keys = score_keys(lm, distinct, ["prompt"], [], asdict(settings))
-    generations, partition = reuse_scores(
-        stored or {},
-        keys,
-        distinct,
-        lambda rows: pd.DataFrame(
-            {
-                "generation": [
-                    a.text for a in generate_answers(lm, list(rows["prompt"]), settings)
-                ]
-            },
-            index=rows.index,
-        ),
-    )
+
+    def ask(rows: pd.DataFrame) -> pd.DataFrame:
+        known = rows["prompt"].map(answered or {}).astype(object)
+        new = known.isna().to_numpy()
+        texts = generate_answers(lm, list(rows.loc[new, "prompt"]), settings)
+        known.loc[new] = [a.text for a in texts]
+        return pd.DataFrame({"generation": known}, index=rows.index)
+
+    generations, partition = reuse_scores(stored or {}, keys, distinct, ask)
     known = [
         bool(wild_match(text, answer, json.loads(aliases)))
         for text, answer, aliases in zip(
@@ -69,6 +68,22 @@ def premise_knowledge(
     return PREMISE_KNOWLEDGE.validate(
         knowledge[list(PREMISE_KNOWLEDGE.columns)]
     ), partition
+
+
+def answered_prompts(
+    probes: pd.DataFrame, base_scores: pd.DataFrame, max_new_tokens: int
+) -> dict[str, str]:
+    """The base model's free answers (protocol ``wild``, asked in the ``prompt``
+    context) that a premise decode of at most ``max_new_tokens`` tokens with the same
+    stop strings gives too: those that stopped on their own within that many tokens.
+    By prompt."""
+    rows = base_scores.merge(probes[["probe_id", "prompt"]], on="probe_id")
+    ended = rows["wild_stop"].isin(["stop_string", "eos"]) & (
+        rows["wild_tokens"] <= max_new_tokens
+    )
+    return dict(
+        zip(rows.loc[ended, "prompt"], rows.loc[ended, "wild_text"], strict=True)
+    )
 
 
 def known_probes(premise_knowledge: pd.DataFrame, probes: pd.DataFrame) -> pd.Series:

@@ -49,7 +49,12 @@ from kebench.scoring.metrics import (
     probe_outcomes,
     with_roles,
 )
-from kebench.scoring.premises import known_probes, known_share, premise_knowledge
+from kebench.scoring.premises import (
+    answered_prompts,
+    known_probes,
+    known_share,
+    premise_knowledge,
+)
 from kebench.scoring.report import (
     counterfact_table,
     detail_table,
@@ -178,16 +183,19 @@ def _log_reuse(what: str, n_rows: int, partition: dict[str, pd.DataFrame]) -> No
     )
 
 
-def score_premise_knowledge(
+def score_premise_knowledge(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model: LoadedModel,
     premise_probes: pd.DataFrame,
     selected_edits: pd.DataFrame,
     premise_store_stored: dict[str, Any],
+    probes: pd.DataFrame,
+    base_probe_scores: pd.DataFrame,
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """Whether the base model knows each premise of the edited cases' probes: it
     generates the answer greedily; and the new rows of the premise store (a premise
-    asked before with the same weights, settings and token ids is read from it)."""
+    asked before with the same weights, settings and token ids is read from it, and
+    one that a probe's base free answer already answers is read from that)."""
     premises = premise_probes[premise_probes["case_id"].isin(selected_edits["case_id"])]
     wild, settings = params["wild"], params["premises"]
     generation = GenerationSettings(
@@ -196,8 +204,13 @@ def score_premise_knowledge(
         max_new_tokens=int(settings["max_new_tokens"]),
         batch_size=int(wild["batch_size"]),
     )
+    answered = (
+        answered_prompts(probes, base_probe_scores, generation.max_new_tokens)
+        if wild["context"] == "prompt" and "wild_stop" in base_probe_scores
+        else {}
+    )
     knowledge, partition = premise_knowledge(
-        model, premises, model.name, generation, premise_store_stored
+        model, premises, model.name, generation, premise_store_stored, answered=answered
     )
     _log_reuse(
         f"premises ({len(premises.drop_duplicates(['prompt', 'answer']))} distinct)",
@@ -391,14 +404,17 @@ def _reference_texts(params: dict[str, Any]) -> counterfact.ReferenceTexts | Non
     )
 
 
-def score_counterfact_base(
+def score_counterfact_base(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model: LoadedModel,
     counterfact_prompts: pd.DataFrame,
     selected_edits: pd.DataFrame,
+    probes: pd.DataFrame,
+    base_probe_scores: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """CounterFact's standard metrics of the edited cases under the unedited model
-    (ROME's "pre" numbers); empty for other datasets."""
+    (ROME's "pre" numbers); empty for other datasets. A prompt the base probe scores
+    hold (same prompt and targets) is read from them."""
     prompts = counterfact_prompts[
         counterfact_prompts["case_id"].isin(selected_edits["case_id"])
     ]
@@ -410,7 +426,11 @@ def score_counterfact_base(
         "CounterFact metrics of %d cases, unedited", prompts["case_id"].nunique()
     )
     cases = counterfact.score_cases(
-        model, prompts, _counterfact_settings(params), _reference_texts(params)
+        model,
+        prompts,
+        _counterfact_settings(params),
+        _reference_texts(params),
+        known=counterfact.evaluated_nlls(probes, base_probe_scores, "lp_new", "lp_old"),
     )
     return counterfact.score_rows(cases, prompts, model.name, UNEDITED)
 
@@ -421,11 +441,15 @@ def score_counterfact_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     score_shard_plan: pd.DataFrame,
     counterfact_score_shards_stored: dict[str, Any],
     edit_deltas_stored: DeltaStore,
+    probes: pd.DataFrame,
+    run_probe_scores: pd.DataFrame,
     params: dict[str, Any],
     compute: dict[str, Any],
 ) -> Iterator[dict[str, pd.DataFrame]]:
     """CounterFact's standard metrics of each scoring shard's cases under its edited
-    model, shard by shard; stored shards are not scored again."""
+    model, shard by shard; stored shards are not scored again. A prompt the shard's
+    probe scores hold (same prompt and targets, under the same edits) is read from
+    them."""
     settings = _counterfact_settings(params)
     keys = counterfact.shard_keys(score_shard_plan, counterfact_prompts, settings)
     pending = {
@@ -446,6 +470,12 @@ def score_counterfact_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
             ],
             settings=settings,
             references=references,
+            known=counterfact.evaluated_nlls(
+                probes,
+                run_probe_scores[run_probe_scores["method"] == rows["method"].iloc[0]],
+                "lp_edit_new",
+                "lp_edit_old",
+            ),
         )
         for stored_key, (rows, plan) in pending.items()
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from kebench.scoring.lifelong import (
     edit_count,
     outcome_table,
     run_stream,
+    unedited_scores,
 )
 from kebench.scoring.lifelong_report import lifelong_markdown, plot_curves
 
@@ -118,6 +120,8 @@ def run_lifelong_stream(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         value_batch=int(editing["value_batch"]),
     )
     checkpoints = CheckpointStore(lifelong_checkpoints_stored)
+    # the unedited model's scores of the stream, once for every method
+    base_scores = functools.cache(lambda: unedited_scores(model, stream, settings))
     records, wall_s = [], {}
     for name in select_methods(params["methods"], list(edit_hparams)):
         job = method_job(name, edit_hparams, MODE, model.name)
@@ -131,6 +135,7 @@ def run_lifelong_stream(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
             sets=general_sets,
             settings=settings,
             max_relative_norm=float(editing["max_relative_norm"]),
+            base_scores=base_scores,
         )
         rows = lifelong_deltas_stored.rows(job.method.name, MODE)
         wall_s[job.method.name] = [

@@ -144,6 +144,11 @@ def propagate_edits(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
             len(planned),
             sum(len(requests) - 1 for requests in planned),
         )
+        # The case's own edit is made again, first in its run, rather than read
+        # from the single-mode store: in that run it is not the same computation in
+        # general. A MEMIT batch solves it together with its extra edits; in sequential
+        # mode LoRA and UltraEdit start the state the run carries, and IKE picks its
+        # demonstrations without the case facts (this context has none).
         for requests in planned:
             yield from run_job(
                 model,
