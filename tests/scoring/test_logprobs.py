@@ -155,6 +155,39 @@ def test_a_prefix_runs_once_and_scores_as_the_joint_text(lm, side, prefix):
 
 
 @pytest.mark.model
+def test_a_prefix_is_kept_across_calls_while_the_model_stays_the_same(lm):
+    prefix = PREFIXES[0]
+    prefix_ids = lm.tokenizer(prefix)["input_ids"][:-1]
+    passes = []
+
+    def count(_module, _args, kwargs):
+        passes.extend(
+            row[: len(prefix_ids)] == prefix_ids for row in kwargs["input_ids"].tolist()
+        )
+
+    def prefix_passes() -> int:
+        passes.clear()
+        score_answers(lm.model, lm.tokenizer, PROMPTS, ANSWERS, prefix=prefix)
+        return sum(passes)
+
+    weight = lm.model.model.layers[0].mlp.up_proj.weight
+    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        assert prefix_passes() == 1
+        assert prefix_passes() == 0  # kept
+        with torch.no_grad():
+            original = weight.clone()
+            weight.add_(1e-3)
+            try:
+                assert prefix_passes() == 1  # another model state
+            finally:
+                weight.copy_(original)
+        assert prefix_passes() == 1  # restored, but not known to be the same
+    finally:
+        hook.remove()
+
+
+@pytest.mark.model
 def test_leading_space_and_token_counts(lm):
     prompt_ids, answer_ids = encode_pair(
         lm.tokenizer, "The capital of France is", "Paris"

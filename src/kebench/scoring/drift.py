@@ -172,14 +172,20 @@ def _sequences(
 
     Returns the rows to run, the prefix run once (None without one: the special
     tokens then begin each row) and how many tokens of each row precede its text.
+    The prefix's last token begins each row, as in teacher-forced scoring
+    (``shared_prefix``), so that both run the same prefix tokens once.
     """
     context = list(lm.tokenizer(prefix)["input_ids"])
     sequences = [
         list(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts
     ]
-    if not prefix:
+    if not prefix or len(context) < 2:  # noqa: PLR2004 - a prefix to cache, a token
         return [context + s for s in sequences], None, len(context)
-    return sequences, PrefixCache.of(lm.model, context), 0
+    return (
+        [context[-1:] + s for s in sequences],
+        PrefixCache.of(lm.model, context[:-1]),
+        1,
+    )
 
 
 @torch.no_grad()

@@ -113,25 +113,33 @@ def pad_batch(
     return ids, mask, positions, offsets
 
 
-# prefixes kept per model: one edit's, in its two tokenisations (with and without its
-# last token, which can merge with the text after it), with room for a neighbour's
-KEPT_PREFIXES = 4
+# The memory prefixes kept per model may take (oldest dropped first): room for every
+# IKE edit of a demo evaluation (about 12 MB each for SmolLM2-135M), so that the
+# stealthiness of the same run reads them, and for a few of a 7B model's
+KEPT_PREFIX_BYTES = 512 * 2**20
 
 
-def model_state(model: torch.nn.Module) -> tuple:
-    """What a forward pass of ``model`` depends on besides its input, cheaply: each
-    parameter's version (an in-place change, such as a delta applied or reverted,
-    bumps it) and the forward hooks of its modules (a memory-based edit's)."""
-    versions = tuple(param._version for param in model.parameters())
-    hooks = tuple(
-        id(hook)
+def model_state(model: torch.nn.Module) -> tuple[tuple, list[object]]:
+    """What a forward pass of ``model`` depends on besides its input, cheaply: its
+    parameters and their versions (an in-place change, such as a delta applied or
+    reverted, bumps one) and the forward hooks of its modules (a memory-based edit's),
+    by identity; and those objects, which a key must keep alive so that their ids
+    are not reused."""
+    params = list(model.parameters())
+    hooks = [
+        hook
         for module in model.modules()
         for hook in (
             *module._forward_pre_hooks.values(),
             *module._forward_hooks.values(),
         )
+    ]
+    key = (
+        tuple(id(p) for p in params),
+        tuple(p._version for p in params),
+        tuple(id(h) for h in hooks),
     )
-    return versions, hooks
+    return key, [*params, *hooks]
 
 
 @dataclass(frozen=True)
@@ -151,29 +159,43 @@ class PrefixCache:
     def of(cls, model: PreTrainedModel, ids: Sequence[int]) -> PrefixCache:
         """Run ``ids`` through ``model`` once and keep their cache.
 
-        The last few prefixes are kept per model, while it stays in the same state
-        (``model_state``): an in-context edit's prefix is asked by every scoring call
-        of its edit (teacher forcing, both generations, the drift measures), and ran
-        once.
+        Prefixes are kept per model (up to ``KEPT_PREFIX_BYTES``), while it stays
+        in the same state (``model_state``): an in-context edit's prefix is asked by
+        every scoring call of its edit (teacher forcing, the generations, the drift
+        measures, in the evaluation and in stealthiness), and runs once.
         """
         kept = _PREFIXES.setdefault(model, OrderedDict())
-        key = (model_state(model), tuple(ids))
+        state, alive = model_state(model)
+        key = (state, tuple(ids))
         if key in kept:
             kept.move_to_end(key)
-            return kept[key]
+            return kept[key][0]
         device = next(model.parameters()).device
         output = model(
             input_ids=torch.tensor([list(ids)], device=device),
             use_cache=True,
             logits_to_keep=1,
         )
-        kept[key] = cls(tuple(ids), output.cache)
-        while len(kept) > KEPT_PREFIXES:
+        made = cls(tuple(ids), output.cache)
+        kept[key] = (made, alive)
+        while len(kept) > 1 and sum(p.nbytes for p, _ in kept.values()) > (
+            KEPT_PREFIX_BYTES
+        ):
             kept.popitem(last=False)
-        return kept[key]
+        return made
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its keys and values."""
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self.cache.layers
+            for t in (layer.keys, layer.values)
+            if t is not None
+        )
 
     def rows(self, n: int) -> Cache:
         """A cache of ``n`` copies of the prefix, for one pass (passes extend it)."""
@@ -186,7 +208,7 @@ class PrefixCache:
 
 # model -> its kept prefixes, most recently used last (``PrefixCache.of``)
 _PREFIXES: weakref.WeakKeyDictionary[
-    torch.nn.Module, OrderedDict[tuple, PrefixCache]
+    torch.nn.Module, OrderedDict[tuple, tuple[PrefixCache, list[object]]]
 ] = weakref.WeakKeyDictionary()
 
 
