@@ -8,6 +8,7 @@ import pytest
 from kebench.scoring.context import PromptContext
 from kebench.scoring.evaluate import ScoringSettings, require_scored, score_pass
 from kebench.scoring.generation import GenerationSettings, generate_answers
+from tests.scoring.test_logprobs import plain_logprob
 
 
 def probes(answer_old: str | None, answer_new: str) -> pd.DataFrame:
@@ -85,3 +86,54 @@ def test_edits_the_evaluation_did_not_score_are_refused_by_name():
     )
     with pytest.raises(ValueError, match=r"ROME: c0, c1, c2, c3, c4 \.\.\. \(7\)"):
         require_scored(many, scores.iloc[:0], "mitigation.n_edits")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("prefix", ["", "New Fact: The capital of France is Lyon\n"])
+def test_a_generated_prompt_is_run_once_for_its_answers_and_its_generations(lm, prefix):
+    """Teacher forcing continues the free generation's prefill: every prompt is
+    prefilled once, and the scores are still those of a plain forward pass of the
+    whole text."""
+    asked = pd.DataFrame(
+        {
+            "probe_id": ["d", "p", "l"],
+            "probe_type": ["direct", "paraphrase", "locality"],
+            "prompt": [
+                "The capital of France is",
+                "France's capital city is called",
+                "The capital of Peru is",
+            ],
+            "answer_old": ["Paris", "Paris", "Lima"],
+            "answer_new": ["Lyon", "Lyon", "Lima"],
+            "question": [None, None, None],
+        }
+    )
+    settings = ScoringSettings(
+        generate_types=("direct",),
+        max_new_tokens=8,
+        wild=GenerationSettings(max_new_tokens=12),
+        wild_types=("direct", "paraphrase", "locality"),
+    )
+    prefilled = []
+
+    def record(_module, _args, kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # not a decoding step
+            prefilled.extend(kwargs["input_ids"].tolist())
+
+    hook = lm.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        scores = score_pass(lm, asked, PromptContext(prefix), settings)
+    finally:
+        hook.remove()
+    # the three prompts, once each (after the prefix's one pass, where one is cached)
+    texts = [lm.tokenizer.decode(row, skip_special_tokens=True) for row in prefilled]
+    for prompt in asked["prompt"]:
+        assert sum(text.endswith(prompt) for text in texts) == 1, prompt
+    for row, probe in zip(scores.itertuples(), asked.itertuples(), strict=True):
+        for side in ("old", "new"):
+            expected, _ = plain_logprob(
+                lm, prefix + probe.prompt, getattr(probe, f"answer_{side}")
+            )
+            assert getattr(row, f"lp_{side}") == pytest.approx(expected, abs=1e-4)
+    (alone,) = generate_answers(lm, [asked["prompt"][0]], settings.wild, prefix)
+    assert scores["wild_text"].tolist()[0] == alone.text

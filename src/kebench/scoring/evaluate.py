@@ -38,7 +38,7 @@ from kebench.scoring.generation import (
     wild_match,
     wild_scores,
 )
-from kebench.scoring.logprobs import ContextOverflowError, score_answers
+from kebench.scoring.logprobs import AnswerScorer, ContextOverflowError
 from kebench.scoring.mello import DEMONSTRATIONS, answer_questions
 from kebench.scoring.metrics import exact_match, token_f1
 
@@ -107,8 +107,8 @@ def score_pass(
     if empty:
         raise ValueError(f"probes with an empty answer cannot be scored: {empty[:10]}")
     try:
-        # one call, so that a probe's two answers share its prompt's forward pass
-        scored = score_answers(
+        # one scorer, so that a probe's two answers share its prompt's forward pass
+        scorer = AnswerScorer(
             lm.model,
             lm.tokenizer,
             prompts + old_prompts,
@@ -120,6 +120,16 @@ def score_pass(
         raise ValueError(
             f"probe {probe_ids[error.index]!r} cannot be scored: {error}"
         ) from error
+    # the generations first: a prompt they prefill is not run again for its answers
+    generated = (
+        _generations(
+            lm, probes, prompts, settings=settings, prefix=prefix, scorer=scorer
+        )
+        if runs is None
+        else None
+    )
+    with torch.no_grad():
+        scored = scorer.finish()
     new = scored[: len(prompts)]
     old = iter(scored[len(prompts) :])
     rows = []
@@ -148,20 +158,21 @@ def score_pass(
         scores["mello_answer"] = answers
         scores["mello_em"] = mello_matches(probes, answers)
         return scores
-    _add_generations(scores, lm, probes, prompts, settings=settings, prefix=prefix)
-    return scores
+    return scores.join(generated)
 
 
-def _add_generations(  # noqa: PLR0913 - score_pass's state
-    scores: pd.DataFrame,
+def _generations(  # noqa: PLR0913 - score_pass's state
     lm: LoadedModel,
     probes: pd.DataFrame,
     prompts: Sequence[str],
     *,
     settings: ScoringSettings,
     prefix: str,
-) -> None:
-    """``scores``' columns of the generation protocols (gen, wild), where asked."""
+    scorer: AnswerScorer,
+) -> pd.DataFrame:
+    """The columns of the generation protocols (gen, wild), where asked; the prompt
+    passes of the free generation go to ``scorer``."""
+    scores = pd.DataFrame(index=probes.index)
     generate = probes["probe_type"].isin(settings.generate_types).to_numpy()
     gen_texts = pd.Series(None, index=probes.index, dtype=object)
     asked = probes["probe_type"].isin(settings.wild_types).to_numpy()
@@ -183,6 +194,7 @@ def _add_generations(  # noqa: PLR0913 - score_pass's state
             settings.wild,
             prefix,
             at_least=[settings.max_new_tokens * bool(s) for s in shared],
+            on_prompt_pass=scorer.take,
         )
         scores.loc[asked, "wild_text"] = [a.text for a in answers]
         scores.loc[asked, "wild_stop"] = [a.stop for a in answers]
@@ -210,6 +222,7 @@ def _add_generations(  # noqa: PLR0913 - score_pass's state
         scores.loc[generate, "gen_f1"] = [
             token_f1(t, a) for t, a in zip(texts, answers, strict=True)
         ]
+    return scores
 
 
 def mello_matches(probes: pd.DataFrame, answers: Sequence[str | None]) -> list[float]:

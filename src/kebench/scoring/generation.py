@@ -21,7 +21,7 @@ way it is used: it must *generate* the answer. kebench's version:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -31,6 +31,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList, StopStringCrite
 from kebench.models.loading import LoadedModel
 from kebench.schemas import GENERATIONS, UNCHANGED_TYPES
 from kebench.scoring.logprobs import (
+    PromptPass,
     length_batches,
     pad_batch,
     padding_id,
@@ -154,12 +155,14 @@ class _StopAfter(StoppingCriteria):
 
 
 @torch.no_grad()
-def generate_answers(
+def generate_answers(  # noqa: PLR0913 - what one decode also serves is keyword-only
     lm: LoadedModel,
     texts: Sequence[str],
     settings: GenerationSettings,
     prefix: str = "",
+    *,
     at_least: Sequence[int] | None = None,
+    on_prompt_pass: Callable[[PromptPass], None] | None = None,
 ) -> list[Generation]:
     """Greedy answers to ``texts`` (``model_input``'s), each after ``prefix`` (an
     in-context edit's demonstrations) and in the configured context.
@@ -168,6 +171,10 @@ def generate_answers(
     string (EOS still ends it), so that one decode also serves a shorter protocol of
     the same greedy answer (``first_tokens_text``). Each answer is the one it stops at
     without it; its ``tokens`` hold all that was generated.
+
+    ``on_prompt_pass``: given each batch's prefill (``PromptPass``: the inputs' ids,
+    prefix included, their KV cache and the log-probs after them), so that teacher
+    forcing of the same prompts continues from it instead of running them again.
     """
     tokenizer = lm.tokenizer
     # the chat template already holds the special tokens
@@ -205,15 +212,37 @@ def generate_answers(
         stops = _StopAfter(
             tokenizer, settings.stop_strings, width, settings.max_new_tokens, going_on
         )
-        generated = lm.model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=max(settings.max_new_tokens, int(going_on.max())),
-            do_sample=False,
-            stopping_criteria=StoppingCriteriaList([stops]),
-            pad_token_id=tokenizer.pad_token_id,
-            **extra,
+        prefill: list[torch.Tensor] = []  # the first call's logits after each input
+        hook = lm.model.register_forward_hook(
+            lambda _module, _args, output: (
+                prefill.append(output.logits[:, -1]) if not prefill else None
+            )
         )
+        try:
+            output = lm.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max(settings.max_new_tokens, int(going_on.max())),
+                do_sample=False,
+                stopping_criteria=StoppingCriteriaList([stops]),
+                pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                **extra,
+            )
+        finally:
+            hook.remove()
+        generated = output.sequences
+        if on_prompt_pass is not None:
+            cache = output.cache
+            cache.crop(-(cache.get_seq_length() - mask.shape[1]))
+            on_prompt_pass(
+                PromptPass(
+                    rows=tuple(distinct[i] for i in batch),
+                    cache=cache,
+                    mask=mask,
+                    first_logprobs=torch.log_softmax(prefill[0].float(), dim=-1),
+                )
+            )
         for index, row, stopped_at in zip(
             batch, generated, stops.stopped_at.tolist(), strict=True
         ):

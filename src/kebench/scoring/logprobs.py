@@ -291,8 +291,129 @@ def _positions_to_keep(lengths: Sequence[int], width: int, side: str) -> list[in
     )
 
 
+@dataclass(frozen=True)
+class PromptPass:
+    """A forward pass over a batch of prompts, for their answers to continue: each
+    row's token ids (an in-context prefix's included), the KV cache of those positions,
+    their attention mask (prefix columns included) and the log-probs of the token
+    after each row (float32). A generation's prefill is one (``generate_answers``):
+    teacher forcing then scores a pair whose prompt it holds from it, instead of
+    running the prompt again (``AnswerScorer.take``). Its cache is consumed."""
+
+    rows: tuple[tuple[int, ...], ...]
+    cache: Cache
+    mask: torch.Tensor
+    first_logprobs: torch.Tensor
+
+
+class AnswerScorer:
+    """Teacher-forced scores of (prompt, answer) pairs (``score_answers``), whose
+    prompt passes may come from elsewhere.
+
+    A pair asked twice (a locality probe's old and new answer are one) runs once, and
+    pairs that share a prompt share its pass. ``take`` scores the pairs whose prompt
+    (its tokens in the joint text, the prefix's included) a ``PromptPass`` holds;
+    ``finish`` runs the prompts of the others, then returns every pair's score.
+    """
+
+    def __init__(  # noqa: PLR0913 - batching options are keyword-only
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        prompts: Sequence[str],
+        answers: Sequence[str],
+        *,
+        batch_size: int = 16,
+        padding_side: str | None = None,
+        prefix: str = "",
+    ) -> None:
+        if len(prompts) != len(answers):
+            raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
+        self._model, self._tokenizer, self._prefix = model, tokenizer, prefix
+        self._batch_size = batch_size
+        self._padding = (
+            padding_id(tokenizer),
+            padding_side or tokenizer.padding_side,
+        )
+        limit = context_length(model)
+        self._pairs = [
+            encode_pair(tokenizer, prefix + p, a)
+            for p, a in zip(prompts, answers, strict=True)
+        ]
+        for index, (prompt_ids, answer_ids) in enumerate(self._pairs):
+            if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
+                raise ContextOverflowError(
+                    index, len(prompt_ids) + len(answer_ids), limit
+                )
+        first_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        self._same_as = [
+            first_of.setdefault((tuple(p), tuple(a)), index)
+            for index, (p, a) in enumerate(self._pairs)
+        ]
+        # distinct prompts (their tokens in the joint texts), with their pairs
+        self._groups: dict[tuple[int, ...], list[int]] = {}
+        for index in first_of.values():
+            self._groups.setdefault(tuple(self._pairs[index][0]), []).append(index)
+        self._scores: dict[int, AnswerScore] = {}
+
+    def take(self, prompt_pass: PromptPass) -> None:
+        """Score the pairs not scored yet whose prompt ``prompt_pass`` holds."""
+        rows = {ids: r for r, ids in enumerate(prompt_pass.rows)}
+        chunk = [
+            members
+            for ids, members in self._groups.items()
+            if ids in rows and members[0] not in self._scores
+        ]
+        if chunk:
+            prompt_rows = [rows[tuple(self._pairs[m[0]][0])] for m in chunk]
+            self._scores.update(
+                _continue(
+                    self._model,
+                    self._pairs,
+                    chunk,
+                    prompt_rows,
+                    self._padding,
+                    prompt_pass,
+                )
+            )
+
+    def finish(self) -> list[AnswerScore]:
+        """Every pair's score, in order; the prompts no pass held run now, batched by
+        length (``length_batches``)."""
+        order = [m for m in self._groups.values() if m[0] not in self._scores]
+        if order:
+            cached = shared_prefix(
+                self._model,
+                self._tokenizer,
+                self._prefix,
+                [self._pairs[m[0]][0] for m in order],
+            )
+            skip = len(cached) if cached is not None else 0
+            pairs = [(p[skip:], a) for p, a in self._pairs]
+            widths = [len(pairs[members[0]][0]) for members in order]
+            for batch in length_batches(widths, self._batch_size):
+                chunk = [order[i] for i in batch]
+                state = _prompt_pass(
+                    self._model,
+                    [pairs[m[0]][0] for m in chunk],
+                    self._padding,
+                    cached,
+                )
+                self._scores.update(
+                    _continue(
+                        self._model,
+                        pairs,
+                        chunk,
+                        range(len(chunk)),
+                        self._padding,
+                        state,
+                    )
+                )
+        return [self._scores[self._same_as[i]] for i in range(len(self._pairs))]
+
+
 @torch.no_grad()
-def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
+def score_answers(  # noqa: PLR0913 - batching options are keyword-only
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
@@ -321,39 +442,15 @@ def score_answers(  # noqa: PLR0913, PLR0914 - batching options are keyword-only
         prefix: text before every prompt (an in-context edit's). Its tokens run once
             (``PrefixCache``), where every prompt's joint tokens begin with them.
     """
-    if len(prompts) != len(answers):
-        raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
-    side = padding_side or tokenizer.padding_side
-    pad_id = padding_id(tokenizer)
-    limit = context_length(model)
-    pairs = [
-        encode_pair(tokenizer, prefix + p, a)
-        for p, a in zip(prompts, answers, strict=True)
-    ]
-    for index, (prompt_ids, answer_ids) in enumerate(pairs):
-        if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
-            raise ContextOverflowError(index, len(prompt_ids) + len(answer_ids), limit)
-    cached = shared_prefix(model, tokenizer, prefix, [p for p, _ in pairs])
-    if cached is not None:
-        pairs = [(p[len(cached) :], a) for p, a in pairs]
-    # a pair asked twice (a locality probe's old and new answer are one) runs once
-    first_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-    same_as = [
-        first_of.setdefault((tuple(p), tuple(a)), index)
-        for index, (p, a) in enumerate(pairs)
-    ]
-    # distinct prompts (by their tokens in the joint texts), with their pairs' indices
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for index in first_of.values():
-        groups.setdefault(tuple(pairs[index][0]), []).append(index)
-    order = list(groups.values())
-    scores: dict[int, AnswerScore] = {}
-    widths = [len(pairs[members[0]][0]) for members in order]
-    for batch in length_batches(widths, batch_size):
-        chunk = [order[i] for i in batch]
-        for index, score in _score_chunk(model, pairs, chunk, (pad_id, side), cached):
-            scores[index] = score
-    return [scores[same_as[i]] for i in range(len(pairs))]
+    return AnswerScorer(
+        model,
+        tokenizer,
+        prompts,
+        answers,
+        batch_size=batch_size,
+        padding_side=padding_side,
+        prefix=prefix,
+    ).finish()
 
 
 def shared_prefix(
@@ -380,18 +477,16 @@ def shared_prefix(
     return PrefixCache.of(model, ids)
 
 
-def _score_chunk(  # noqa: PLR0914 - one prompt pass, one answer pass
+def _prompt_pass(
     model: PreTrainedModel,
-    pairs: Sequence[tuple[list[int], list[int]]],
-    chunk: Sequence[Sequence[int]],
+    prompt_seqs: Sequence[Sequence[int]],
     padding: tuple[int, str],
     prefix: PrefixCache | None,
-) -> list[tuple[int, AnswerScore]]:
-    """Scores of the pairs of ``chunk`` (lists of pair indices sharing a prompt), each
-    prompt after ``prefix`` where one is given."""
+) -> PromptPass:
+    """One padded pass over ``prompt_seqs``, each after ``prefix`` where one is given
+    (its rows' ids are then those after the prefix)."""
     pad_id, side = padding
     device = next(model.parameters()).device
-    prompt_seqs = [pairs[members[0]][0] for members in chunk]
     width = max(len(p) for p in prompt_seqs)
     last = [(width - 1 if side == "left" else len(p) - 1) for p in prompt_seqs]
     ids, mask, positions, _ = pad_batch(prompt_seqs, pad_id, side)
@@ -407,17 +502,38 @@ def _score_chunk(  # noqa: PLR0914 - one prompt pass, one answer pass
     )
     column = {position: i for i, position in enumerate(keep)}
     first_logprobs = torch.log_softmax(
-        output.logits[torch.arange(len(chunk)), [column[p] for p in last]].float(),
+        output.logits[
+            torch.arange(len(prompt_seqs)), [column[p] for p in last]
+        ].float(),
         dim=-1,
     )
+    rows = tuple(tuple(p) for p in prompt_seqs)
+    return PromptPass(rows, output.cache, mask, first_logprobs)
+
+
+def _continue(  # noqa: PLR0913, PLR0914, PLR0917 - one answer pass after a prompt pass
+    model: PreTrainedModel,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    chunk: Sequence[Sequence[int]],
+    prompt_rows: Sequence[int],
+    padding: tuple[int, str],
+    state: PromptPass,
+) -> list[tuple[int, AnswerScore]]:
+    """Scores of the pairs of ``chunk`` (lists of pair indices sharing a prompt), the
+    k-th list's prompt being row ``prompt_rows[k]`` of ``state``."""
+    pad_id, side = padding
+    device = next(model.parameters()).device
+    mask, first_logprobs = state.mask, state.first_logprobs
     # one row per pair: which prompt row it continues, and its answer
-    rows = [(r, i) for r, members in enumerate(chunk) for i in members]
+    rows = [
+        (r, i) for r, members in zip(prompt_rows, chunk, strict=True) for i in members
+    ]
     answers = [pairs[i][1] for _, i in rows]
     rest_logprobs = None
     rest_width = max(len(a) for a in answers) - 1
     if rest_width > 0:
         row_index = torch.tensor([r for r, _ in rows], device=device)
-        cache = output.cache
+        cache = state.cache
         cache.reorder_cache(row_index)
         # each answer but its last token is input; scored positions are per row
         inputs = [a[:-1] or [pad_id] for a in answers]
