@@ -9,6 +9,7 @@ from kebench.scoring.report import (
     headline_table,
     protocol_table,
     report_markdown,
+    sign_disagreements,
 )
 
 
@@ -127,3 +128,27 @@ def test_report_shows_counterfacts_standard_metrics_under_romes_names():
         "90.0 [80.0, 100.0] (n=10, 5 edits) | – |"
     ) in markdown
     assert "620.0 [610.0, 630.0] (n=10, 5 edits) | – |" in markdown
+
+
+def test_gaps_disagree_in_sign_only_when_neither_rounds_to_zero():
+    rows = []
+    for method, prob, wild in [
+        ("A", 0.667, 0.0),  # +66.7 vs +0.0: zero has no sign
+        ("B", 0.2, -0.1),
+        ("C", 0.0004, -0.3),  # +0.0 as shown
+        ("D", -0.2, -0.1),
+    ]:
+        for protocol, gap in (("prob", prob), ("wild", wild)):
+            rows.append(
+                {
+                    "model": "m",
+                    "method": method,
+                    "risk": "counterfactual",
+                    "protocol": protocol,
+                    "Deductive gap": gap,
+                    "Inductive gap": float("nan"),
+                }
+            )
+    (sentence,) = sign_disagreements(pd.DataFrame(rows))
+    assert sentence.startswith("m / B / counterfactual: the deductive gap is +20.0")
+    assert "-10.0 under `wild`" in sentence

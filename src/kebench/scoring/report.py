@@ -189,7 +189,8 @@ def echo_shares(probes: pd.DataFrame) -> str:
 
 def sign_disagreements(headline: pd.DataFrame) -> list[str]:
     """One sentence per (model, method, risk) and gap whose sign differs between the
-    ``prob`` and ``wild`` forms (each named, with both values)."""
+    ``prob`` and ``wild`` forms (each named, with both values). A gap that rounds to
+    0.0 points has no sign."""
     sentences = []
     keys = ["model", "method", "risk"]
     forms = {p: rows.set_index(keys) for p, rows in headline.groupby("protocol")}
@@ -199,7 +200,9 @@ def sign_disagreements(headline: pd.DataFrame) -> list[str]:
     for key, row in both.iterrows():
         for gap in ("Deductive gap", "Inductive gap"):
             prob, wild = row.get(gap), row.get(f"{gap} wild")
-            if pd.notna(prob) and pd.notna(wild) and (prob > 0) != (wild > 0):
+            if pd.isna(prob) or pd.isna(wild):
+                continue
+            if round(100 * prob, 1) * round(100 * wild, 1) < 0:
                 sentences.append(
                     f"{' / '.join(map(str, key))}: the {gap.lower()} is "
                     f"{100 * prob:+.1f} under `prob` but {100 * wild:+.1f} under "
