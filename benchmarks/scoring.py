@@ -78,6 +78,8 @@ logger = logging.getLogger("benchmarks.scoring")
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
 REPEAT_METHODS = ("ROME", "IKE")
 REPEAT_PIPELINES = ("evaluation", "stealthiness")
+# the ledger's counts that add up over pipelines
+COUNTED = ("forwarded_tokens", "repeated_tokens", "unknown_context_tokens")
 
 
 def build_probes(dataset: str, scratch: Path):
@@ -215,25 +217,20 @@ def count_repeats(dataset: str, model: str, scratch: Path) -> dict:
             for pipeline in REPEAT_PIPELINES:
                 before = ledger.summary()
                 run_in_catalog(pipeline, catalog)
+                after = ledger.summary()
                 counts[method][pipeline] = {
-                    key: ledger.summary()[key] - before[key]
-                    for key in (
-                        "forwarded_tokens",
-                        "repeated_tokens",
-                        "unknown_context_tokens",
-                    )
+                    key: after[key] - before[key] for key in COUNTED
                 }
         total = {
-            key: sum(part[key] for part in counts[method].values())
-            for key in ("forwarded_tokens", "repeated_tokens", "unknown_context_tokens")
+            key: sum(part[key] for part in counts[method].values()) for key in COUNTED
         }
         total["repeated_share"] = round(
             total["repeated_tokens"] / max(total["forwarded_tokens"], 1), 4
         )
         nodes = ledger.by_node - forwarded
+        nodes_repeated = ledger.repeated_by_node - repeated
         total["nodes"] = {
-            node: [tokens, (ledger.repeated_by_node - repeated)[node]]
-            for node, tokens in nodes.most_common()
+            node: [tokens, nodes_repeated[node]] for node, tokens in nodes.most_common()
         }
         counts[method] = {**total, **counts[method]}
         logger.info("repeats of %s: %s", method, counts[method])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -45,10 +46,11 @@ class ForwardLedger:
     by_node: Counter[str] = field(default_factory=Counter)
     repeated_by_node: Counter[str] = field(default_factory=Counter)
     _seen: set[bytes] = field(default_factory=set, repr=False)
-    # (id, version) of a parameter -> the digest of its bytes: an in-place change
+    # (id, version) of a parameter -> the parameter (weakly: its id is reused once it
+    # is freed, by another model's) and the digest of its bytes. An in-place change
     # (``add_``, ``copy_``) bumps a tensor's version, so only changed tensors are hashed
-    _tensor_digests: dict[tuple[int, int], bytes] = field(
-        default_factory=dict, repr=False
+    _tensor_digests: dict[tuple[int, int], tuple[weakref.ref[torch.Tensor], bytes]] = (
+        field(default_factory=dict, repr=False)
     )
 
     @property
@@ -69,13 +71,18 @@ class ForwardLedger:
         digest = hashlib.blake2b(digest_size=16)
         for name, param in model.named_parameters():
             key = (id(param), param._version)
-            if key not in self._tensor_digests:
+            known = self._tensor_digests.get(key)
+            if known is None or known[0]() is not param:
                 flat = param.detach().contiguous().reshape(-1)
-                self._tensor_digests[key] = hashlib.blake2b(
-                    flat.view(torch.uint8).cpu().numpy().tobytes(), digest_size=16
-                ).digest()
+                known = (
+                    weakref.ref(param),
+                    hashlib.blake2b(
+                        flat.view(torch.uint8).cpu().numpy().tobytes(), digest_size=16
+                    ).digest(),
+                )
+                self._tensor_digests[key] = known
             digest.update(name.encode())
-            digest.update(self._tensor_digests[key])
+            digest.update(known[1])
         return digest.digest()
 
     def record(self, state: bytes, ids: torch.Tensor, mask: torch.Tensor, new: int):

@@ -21,7 +21,8 @@ way it is used: it must *generate* the answer. kebench's version:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -124,6 +125,23 @@ def first_tokens_text(generation: Generation, n: int, tokenizer: object) -> str:
     return _answer(list(generation.tokens[:n]), tokenizer, uncut).raw
 
 
+@contextmanager
+def _first_logits(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Meanwhile, the logits at the last position of ``model``'s first forward call
+    (a generation's prefill), in the list it yields."""
+    first: list[torch.Tensor] = []
+
+    def keep(_module, _args, output) -> None:
+        if not first:
+            first.append(output.logits[:, -1])
+
+    handle = model.register_forward_hook(keep)
+    try:
+        yield first
+    finally:
+        handle.remove()
+
+
 class _StopAfter(StoppingCriteria):
     """Ends a row at its first stop string, or at ``cap`` new tokens, once it has also
     generated ``at_least[row]`` tokens; keeps where each row's stop string ended
@@ -212,13 +230,8 @@ def generate_answers(  # noqa: PLR0913 - what one decode also serves is keyword-
         stops = _StopAfter(
             tokenizer, settings.stop_strings, width, settings.max_new_tokens, going_on
         )
-        prefill: list[torch.Tensor] = []  # the first call's logits after each input
-        hook = lm.model.register_forward_hook(
-            lambda _module, _args, output: (
-                prefill.append(output.logits[:, -1]) if not prefill else None
-            )
-        )
-        try:
+        keep = on_prompt_pass is not None  # the prefill's cache and logits
+        with _first_logits(lm.model) if keep else nullcontext([]) as prefill:
             output = lm.model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
@@ -226,13 +239,11 @@ def generate_answers(  # noqa: PLR0913 - what one decode also serves is keyword-
                 do_sample=False,
                 stopping_criteria=StoppingCriteriaList([stops]),
                 pad_token_id=tokenizer.pad_token_id,
-                return_dict_in_generate=True,
+                return_dict_in_generate=keep,
                 **extra,
             )
-        finally:
-            hook.remove()
-        generated = output.sequences
-        if on_prompt_pass is not None:
+        generated = output.sequences if keep else output
+        if keep:
             cache = output.cache
             cache.crop(-(cache.get_seq_length() - mask.shape[1]))
             on_prompt_pass(

@@ -484,7 +484,7 @@ def _prompt_pass(
     prefix: PrefixCache | None,
 ) -> PromptPass:
     """One padded pass over ``prompt_seqs``, each after ``prefix`` where one is given
-    (its rows' ids are then those after the prefix)."""
+    (``prompt_seqs`` are then the tokens after it; the pass's rows hold both)."""
     pad_id, side = padding
     device = next(model.parameters()).device
     width = max(len(p) for p in prompt_seqs)
@@ -507,7 +507,8 @@ def _prompt_pass(
         ].float(),
         dim=-1,
     )
-    rows = tuple(tuple(p) for p in prompt_seqs)
+    before = prefix.ids if prefix is not None else ()
+    rows = tuple((*before, *p) for p in prompt_seqs)
     return PromptPass(rows, output.cache, mask, first_logprobs)
 
 
