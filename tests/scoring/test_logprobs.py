@@ -9,6 +9,7 @@ from kebench.scoring.logprobs import (
     ContextOverflowError,
     answer_text,
     encode_pair,
+    length_batches,
     pad_batch,
     score_answers,
 )
@@ -55,6 +56,20 @@ def test_pad_batch_positions_ignore_padding():
     assert offsets == [0, 0]
     with pytest.raises(ValueError, match="left or right"):
         pad_batch([[1]], pad_id=0, side="middle")
+
+
+def test_length_batches_by_rows_and_by_a_token_budget():
+    lengths = [5, 1, 3, 3, 2, 6]
+    # rows only: shortest first, three a batch
+    assert length_batches(lengths, 3) == [[1, 4, 2], [3, 0, 5]]
+    # with a budget of 9 padded positions, longest first (worked by hand): 6 and 5
+    # each exceed it with a second row; 3, 3, 2 pad to 3 x 3 = 9; then the row cap
+    # of 3 starts a new batch for 1
+    assert length_batches(lengths, 3, 9) == [[5], [0], [2, 3, 4], [1]]
+    # a row longer than the budget goes alone
+    assert length_batches([20, 2, 2], 8, 9) == [[0], [1, 2]]
+    with pytest.raises(ValueError, match="token budget"):
+        length_batches(lengths, 3, 0)
 
 
 def plain_logprob(lm, prompt: str, answer: str) -> tuple[float, list[int]]:
@@ -109,6 +124,53 @@ def test_a_pair_asked_twice_runs_once(lm):
         assert score.logprob == pytest.approx(plain_logprob(lm, *pair)[0], abs=1e-4)
     # one answer pass, a row per distinct pair (four without the repeat left out)
     assert answer_rows == [3]
+
+
+@pytest.mark.model
+def test_scoring_an_answers_first_tokens_needs_no_answer_pass(lm):
+    """An answer cut to its first token scores as that token alone, and only prompt
+    passes run: the tokens forwarded are the distinct prompts' (counted by hand)."""
+    prompts, answers = PROMPTS[:2] + [PROMPTS[0]], ANSWERS[:2] + ["Lyon"]
+    forwarded = []
+
+    def count(_module, _args, kwargs):
+        forwarded.append(
+            int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1] :].sum())
+        )
+
+    hook = lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        cut = score_answers(
+            lm.model,
+            lm.tokenizer,
+            prompts,
+            answers,
+            scored_tokens=[1, 1, 1],
+            batch_size=8,
+            batch_tokens=64,
+        )
+    finally:
+        hook.remove()
+    distinct = {
+        tuple(encode_pair(lm.tokenizer, p, a)[0])
+        for p, a in zip(prompts, answers, strict=True)
+    }
+    assert sum(forwarded) == sum(len(ids) for ids in distinct)
+    for score, pair in zip(cut, zip(prompts, answers, strict=True), strict=True):
+        prompt_ids, answer_ids = encode_pair(lm.tokenizer, *pair)
+        with torch.no_grad():
+            row = lm.model(input_ids=torch.tensor([prompt_ids])).logits[0, -1]
+        assert score.answer_ids == (answer_ids[0],)
+        expected = float(row.double().log_softmax(-1)[answer_ids[0]])
+        assert score.logprob == pytest.approx(expected, abs=1e-4)
+        assert score.argmax_ids == (int(row.argmax()),)
+    # a cut of None scores the whole answer
+    (whole,) = score_answers(
+        lm.model, lm.tokenizer, prompts[1:2], answers[1:2], scored_tokens=[None]
+    )
+    assert whole.logprob == pytest.approx(
+        plain_logprob(lm, prompts[1], answers[1])[0], abs=1e-4
+    )
 
 
 # an in-context edit's prefix (IKE's ends in a space, which merges with the prompt)

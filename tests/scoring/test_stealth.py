@@ -15,6 +15,7 @@ from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.project import PROJECT_ROOT
 from kebench.scoring.drift import (
+    Batching,
     base_capability,
     boolq_probes,
     edit_drift,
@@ -27,6 +28,7 @@ from kebench.scoring.drift import (
     stored_base_capability,
     text_perplexity,
 )
+from kebench.scoring.logprobs import encode_pair
 from kebench.scoring.stealth import (
     MEASURES,
     benign_share,
@@ -387,8 +389,14 @@ def rome_delta(lm, stats_dir):
 @pytest.mark.model
 def test_batched_perplexity_matches_a_plain_computation(lm):
     sets = demo_sets()
-    assert text_perplexity(lm, sets.texts, batch_size=3) == pytest.approx(
-        plain_perplexity(lm, sets.texts), rel=1e-4
+    expected = plain_perplexity(lm, sets.texts)
+    assert text_perplexity(lm, sets.texts, batching=Batching(3)) == pytest.approx(
+        expected, rel=1e-4
+    )
+    # short rows share a pass up to a token budget
+    budget = Batching(64, 100)
+    assert text_perplexity(lm, sets.texts, batching=budget) == pytest.approx(
+        expected, rel=1e-4
     )
 
 
@@ -396,11 +404,11 @@ def test_batched_perplexity_matches_a_plain_computation(lm):
 def test_a_prefix_runs_once_and_measures_as_before_every_text(lm):
     sets = demo_sets()
     texts, prompts = sets.texts[:5], sets.prompts[:5]
-    assert text_perplexity(lm, texts, IKE_PREFIX, batch_size=2) == pytest.approx(
+    assert text_perplexity(lm, texts, IKE_PREFIX, Batching(2)) == pytest.approx(
         plain_perplexity(lm, texts, IKE_PREFIX), rel=1e-4
     )
     assert torch.allclose(
-        next_token_logprobs(lm, prompts, IKE_PREFIX, batch_size=2),
+        next_token_logprobs(lm, prompts, IKE_PREFIX, Batching(2)),
         plain_next_token(lm, prompts, IKE_PREFIX),
         atol=1e-4,
     )
@@ -409,12 +417,70 @@ def test_a_prefix_runs_once_and_measures_as_before_every_text(lm):
 @pytest.mark.model
 def test_next_token_kl_of_the_base_against_itself_is_zero(lm):
     prompts = demo_sets().prompts
-    batched = next_token_logprobs(lm, prompts, batch_size=5)
-    alone = next_token_logprobs(lm, prompts, batch_size=1)
+    batched = next_token_logprobs(lm, prompts, batching=Batching(5))
+    alone = next_token_logprobs(lm, prompts, batching=Batching(1))
+    budget = next_token_logprobs(lm, prompts, batching=Batching(64, 40))
+    assert torch.allclose(budget, alone, atol=1e-4)
     # padding-aware: a padded row is the same distribution as the prompt alone
     assert torch.allclose(batched, alone, atol=1e-4)
     assert mean_kl(batched, batched) == 0.0
     assert mean_kl(batched, alone) < 1e-6
+
+
+def plain_accuracy(lm, probes: pd.DataFrame) -> dict[str, float]:
+    """Per set, one probe at a time from a plain forward of the prompt and answer: a
+    two-way choice by the answers' summed log-probs, else the argmax after the prompt
+    against the answer's first token."""
+
+    def logprobs(prompt: str, answer: str) -> tuple[torch.Tensor, list[int]]:
+        prompt_ids, answer_ids = encode_pair(lm.tokenizer, prompt, answer)
+        with torch.no_grad():
+            logits = lm.model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits
+        steps = logits[0, len(prompt_ids) - 1 : -1].double().log_softmax(-1)
+        return steps, answer_ids
+
+    def total(prompt: str, answer: str) -> float:
+        steps, answer_ids = logprobs(prompt, answer)
+        return float(sum(steps[j, t] for j, t in enumerate(answer_ids)))
+
+    correct = []
+    for probe in probes.itertuples():
+        if isinstance(probe.wrong, str):
+            correct.append(
+                total(probe.prompt, probe.answer) > total(probe.prompt, probe.wrong)
+            )
+        else:
+            steps, answer_ids = logprobs(probe.prompt, probe.answer)
+            correct.append(int(steps[0].argmax()) == answer_ids[0])
+    return (
+        pd.Series(correct, index=probes.index, dtype=float)
+        .groupby(probes["set"])
+        .mean()
+        .to_dict()
+    )
+
+
+@pytest.mark.model
+def test_probe_accuracy_matches_a_plain_computation(lm):
+    """Cloze probes (first token only) and two-way choices, with rows or a token
+    budget batching them."""
+    cloze = demo_sets().probes.iloc[:12]
+    choices = pd.DataFrame(
+        {
+            "set": "boolq",
+            "prompt": [
+                "Paris is in France.\nQuestion: Is Paris in France?\nAnswer:",
+                "Rome is in Italy.\nQuestion: Is Rome in Spain?\nAnswer:",
+            ],
+            "answer": ["yes", "no"],
+            "wrong": ["no", "yes"],
+        }
+    )
+    probes = pd.concat([cloze, choices], ignore_index=True)
+    expected = plain_accuracy(lm, probes)
+    assert set(expected) == {"general", "boolq"}
+    for batching in (Batching(3), Batching(64, 48)):
+        assert probe_accuracy(lm, probes, batching=batching) == expected
 
 
 @pytest.mark.model
@@ -426,8 +492,8 @@ def test_the_demo_general_probes_are_mostly_known(lm):
 @pytest.mark.model
 def test_the_base_capability_is_stored_once_and_read_back_exactly(lm, tmp_path):
     sets = demo_sets()
-    measured = base_capability(lm, sets, 8)
-    first, partition = stored_base_capability(lm, sets, 8, {})
+    measured = base_capability(lm, sets, Batching(8))
+    first, partition = stored_base_capability(lm, sets, Batching(8), {})
     assert len(partition) == 1
     # through a parquet file, as the store keeps it
     (name, rows), path = next(iter(partition.items())), tmp_path / "part.parquet"
@@ -436,7 +502,7 @@ def test_the_base_capability_is_stored_once_and_read_back_exactly(lm, tmp_path):
     forwards = []
     hook = lm.model.register_forward_pre_hook(lambda *_: forwards.append(1))
     try:
-        read, again = stored_base_capability(lm, sets, 8, stored)
+        read, again = stored_base_capability(lm, sets, Batching(8), stored)
     finally:
         hook.remove()
     assert again == {} and forwards == []
@@ -445,10 +511,10 @@ def test_the_base_capability_is_stored_once_and_read_back_exactly(lm, tmp_path):
         assert capability.accuracy == measured.accuracy
         assert torch.equal(capability.next_token, measured.next_token)
     # another batch size, or another text, is another key: measured afresh
-    _, other = stored_base_capability(lm, sets, 4, stored)
+    _, other = stored_base_capability(lm, sets, Batching(8, 256), stored)
     assert len(other) == 1
     fewer = demo_sets({**SIZES, "neutral_texts": SIZES["neutral_texts"] - 1})
-    _, changed = stored_base_capability(lm, fewer, 8, stored)
+    _, changed = stored_base_capability(lm, fewer, Batching(8), stored)
     assert len(changed) == 1
 
 
@@ -465,7 +531,7 @@ def test_a_rome_edit_drifts_and_an_empty_one_does_not(lm, rome_delta):
         torch.equal(a, b) for a, b in zip(before, lm.model.parameters(), strict=True)
     )
     # measuring the unedited model again gives its measures exactly
-    again = measure_capability(lm, sets, "", 8)
+    again = measure_capability(lm, sets, "", Batching(8))
     assert again.perplexity == base.perplexity and again.accuracy == base.accuracy
     assert mean_kl(base.next_token, again.next_token) == 0.0
     # a memory alone (MeLLo) changes no forward pass: not measured again, no drift

@@ -48,6 +48,26 @@ GENERAL_SETS = ("general", "boolq", "nq")
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How the general sets' rows share forward passes (``length_batches``): at most
+    ``rows`` rows a pass and, where ``tokens`` is set, at most that many padded
+    positions."""
+
+    rows: int = 8
+    tokens: int | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> Batching:
+        """From stealthiness's ``batch_size`` and ``batch_tokens``."""
+        tokens = params.get("batch_tokens")
+        return cls(int(params["batch_size"]), None if tokens is None else int(tokens))
+
+    def of(self, lengths: Sequence[int]) -> list[list[int]]:
+        """The batches of rows of these lengths."""
+        return length_batches(lengths, self.rows, self.tokens)
+
+
+@dataclass(frozen=True)
 class GeneralSets:
     """What general capability is measured on.
 
@@ -190,13 +210,16 @@ def _sequences(
 
 @torch.no_grad()
 def text_perplexity(
-    lm: LoadedModel, texts: Sequence[str], prefix: str = "", batch_size: int = 8
+    lm: LoadedModel,
+    texts: Sequence[str],
+    prefix: str = "",
+    batching: Batching = Batching(),
 ) -> float:
     """exp of the mean NLL per token over every token of ``texts`` but each one's first."""
     total, count = 0.0, 0
     every, cached, context = _sequences(lm, texts, prefix)
     first = context + 1  # the first text token is not scored
-    for batch in length_batches([len(s) for s in every], batch_size):
+    for batch in batching.of([len(s) for s in every]):
         sequences = [every[i] for i in batch]
         logits, _ = forward_padded(
             lm.model, sequences, padding_id(lm.tokenizer), "right", prefix=cached
@@ -213,12 +236,15 @@ def text_perplexity(
 
 @torch.no_grad()
 def next_token_logprobs(
-    lm: LoadedModel, prompts: Sequence[str], prefix: str = "", batch_size: int = 8
+    lm: LoadedModel,
+    prompts: Sequence[str],
+    prefix: str = "",
+    batching: Batching = Batching(),
 ) -> torch.Tensor:
     """log P(next token | prefix + prompt), one row per prompt (float64, on the CPU)."""
     every, cached, _ = _sequences(lm, prompts, prefix)
     rows: dict[int, torch.Tensor] = {}
-    for batch in length_batches([len(s) for s in every], batch_size):
+    for batch in batching.of([len(s) for s in every]):
         sequences = [every[i] for i in batch]
         last = [len(s) - 1 for s in sequences]
         keep = sorted(set(last))
@@ -244,10 +270,14 @@ def mean_kl(base: torch.Tensor, edited: torch.Tensor) -> float:
 
 
 def probe_accuracy(
-    lm: LoadedModel, probes: pd.DataFrame, prefix: str = "", batch_size: int = 8
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    prefix: str = "",
+    batching: Batching = Batching(),
 ) -> dict[str, float]:
     """Accuracy per set: a two-way choice is right when its answer is the likelier; any
-    other probe when its answer's first token is the argmax after the prompt."""
+    other probe when its answer's first token is the argmax after the prompt (so only
+    that token is scored)."""
     choice = probes["wrong"].notna().to_numpy()
     prompts = list(probes["prompt"])
     scored = score_answers(
@@ -255,8 +285,10 @@ def probe_accuracy(
         lm.tokenizer,
         prompts + [p for p, c in zip(prompts, choice, strict=True) if c],
         [*probes["answer"], *probes.loc[choice, "wrong"]],
-        batch_size=batch_size,
+        batch_size=batching.rows,
+        batch_tokens=batching.tokens,
         prefix=prefix,
+        scored_tokens=[None if c else 1 for c in choice] + [None] * int(choice.sum()),
     )
     wrong = iter(scored[len(prompts) :])
     correct = [
@@ -274,13 +306,16 @@ def probe_accuracy(
 
 
 def measure_capability(
-    lm: LoadedModel, sets: GeneralSets, prefix: str = "", batch_size: int = 8
+    lm: LoadedModel,
+    sets: GeneralSets,
+    prefix: str = "",
+    batching: Batching = Batching(),
 ) -> Capability:
     """Perplexity, next-token distributions and general accuracy of the model as it is."""
     return Capability(
-        perplexity=text_perplexity(lm, sets.texts, prefix, batch_size),
-        next_token=next_token_logprobs(lm, sets.prompts, prefix, batch_size),
-        accuracy=probe_accuracy(lm, sets.probes, prefix, batch_size),
+        perplexity=text_perplexity(lm, sets.texts, prefix, batching),
+        next_token=next_token_logprobs(lm, sets.prompts, prefix, batching),
+        accuracy=probe_accuracy(lm, sets.probes, prefix, batching),
     )
 
 
@@ -295,38 +330,39 @@ DRIFT_COLUMNS = [
 
 
 def base_capability(
-    lm: LoadedModel, sets: GeneralSets, batch_size: int = 8
+    lm: LoadedModel, sets: GeneralSets, batching: Batching = Batching()
 ) -> Capability:
     """The unedited model's measures, the reference of every edit's drift."""
-    base = measure_capability(lm, sets, "", batch_size)
+    base = measure_capability(lm, sets, "", batching)
     logger.info(
         "base model: perplexity %.2f, accuracy %s", base.perplexity, base.accuracy
     )
     return base
 
 
-def capability_key(lm: LoadedModel, sets: GeneralSets, batch_size: int) -> str:
+def capability_key(lm: LoadedModel, sets: GeneralSets, batching: Batching) -> str:
     """The base-score store's key of the unedited model's measures: its weights
-    digest, the batch size and the token ids of every text, prompt and probe."""
+    digest, the batching and the token ids of every text, prompt and probe."""
     probes = sets.probes[["set", "prompt", "answer", "wrong"]].astype(str)
     texts = [str(t) for t in (*sets.texts, *sets.prompts, *probes.to_numpy().ravel())]
     ids = lm.tokenizer(texts, add_special_tokens=False).input_ids
-    return fingerprint(weights_digest(lm), {"batch_size": batch_size}, ids)
+    batches = {"batch_size": batching.rows, "batch_tokens": batching.tokens}
+    return fingerprint(weights_digest(lm), batches, ids)
 
 
 def stored_base_capability(
     lm: LoadedModel,
     sets: GeneralSets,
-    batch_size: int,
+    batching: Batching,
     stored: Mapping[str, Callable[[], pd.DataFrame]],
 ) -> tuple[Capability, dict[str, pd.DataFrame]]:
     """``base_capability``, read from ``stored`` (the base-score store's partitions)
-    when measured before with the same weights, sets and batch size; and the new
+    when measured before with the same weights, sets and batching; and the new
     partition to store (empty when read)."""
-    keys = pd.Series([capability_key(lm, sets, batch_size)], name=KEY)
+    keys = pd.Series([capability_key(lm, sets, batching)], name=KEY)
 
     def measure(_rows: pd.DataFrame) -> pd.DataFrame:
-        base = base_capability(lm, sets, batch_size)
+        base = base_capability(lm, sets, batching)
         return pd.DataFrame(
             {
                 "perplexity": [base.perplexity],
@@ -353,7 +389,7 @@ def edit_drift(
     sets: GeneralSets,
     base: Capability,
     groups: Mapping[str, Iterable[tuple[Sequence[str], Sequence[Delta]]]],
-    batch_size: int = 8,
+    batching: Batching = Batching(),
 ) -> pd.DataFrame:
     """Capability under each group's deltas next to ``base``, per case.
 
@@ -374,7 +410,7 @@ def edit_drift(
                         stack.enter_context(delta_applied(lm.model, delta))
                     # several IKE edits make one prefix, never glued ones
                     edited = measure_capability(
-                        lm, sets, joint_prefix(deltas), batch_size
+                        lm, sets, joint_prefix(deltas), batching
                     )
             row = {
                 "ppl_base": base.perplexity,
@@ -396,10 +432,10 @@ class DriftShard(EditedShard):
 
     sets: GeneralSets
     base: Capability
-    batch_size: int
+    batching: Batching
 
 
 def measure_drift_shard(lm: LoadedModel, shard: DriftShard) -> pd.DataFrame:
     """``edit_drift`` rows of one shard."""
     groups = {shard.method: shard.delta_groups()}
-    return edit_drift(lm, shard.sets, shard.base, groups, shard.batch_size)
+    return edit_drift(lm, shard.sets, shard.base, groups, shard.batching)

@@ -49,7 +49,7 @@ from kebench.editing.runner import EditJob, fingerprint, run_job, unit_fingerpri
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.scoring.context import prompt_context
-from kebench.scoring.drift import GeneralSets, measure_capability
+from kebench.scoring.drift import Batching, GeneralSets, measure_capability
 from kebench.scoring.evaluate import (
     ScoringSettings,
     joint_drops,
@@ -342,7 +342,9 @@ def _measure(  # noqa: PLR0913 - one model state and what is measured on it
                     for row in rows.to_dict("records")
                 ],
             }
-        capability = measure_capability(lm, sets, context.prefix, settings.batch_size)
+        capability = measure_capability(
+            lm, sets, context.prefix, Batching(settings.batch_size)
+        )
         general = {
             "perplexity": capability.perplexity,
             **{f"accuracy_{k}": v for k, v in sorted(capability.accuracy.items())},

@@ -262,16 +262,38 @@ def padding_id(tokenizer: PreTrainedTokenizerBase) -> int:
     return tokenizer.eos_token_id if pad_id is None else pad_id
 
 
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of ``lengths`` in batches of at most ``batch_size``, shortest first.
+def length_batches(
+    lengths: Sequence[int], batch_size: int, max_tokens: int | None = None
+) -> list[list[int]]:
+    """Indices of ``lengths`` in batches of at most ``batch_size`` rows, like lengths
+    together.
 
-    A padded batch costs its longest row times its size: on a CPU, where a small
-    model's forward pass is bound by its FLOPs, rows of like length waste the least.
+    A padded batch costs its longest row times its size: rows of like length waste the
+    least. Without ``max_tokens`` the batches go shortest first. With it, a batch also
+    holds at most ``max_tokens`` padded positions (a longer row goes alone): every pass
+    reads each weight once, which on a CPU costs as much as forwarding tens of tokens,
+    so short rows should share a pass. Rows are then taken longest first, so that a
+    batch's first row sets its budget and the rows left over at the end are the
+    shortest.
     """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if max_tokens is None:
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if max_tokens < 1:
+        raise ValueError(f"token budget must be >= 1, got {max_tokens}")
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        batch = batches[-1] if batches else []
+        if (
+            0 < len(batch) < batch_size
+            and (len(batch) + 1) * lengths[batch[0]] <= max_tokens
+        ):
+            batch.append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def context_length(model: PreTrainedModel) -> int | None:
@@ -324,13 +346,19 @@ class AnswerScorer:
         answers: Sequence[str],
         *,
         batch_size: int = 16,
+        batch_tokens: int | None = None,
         padding_side: str | None = None,
         prefix: str = "",
+        scored_tokens: Sequence[int | None] | None = None,
     ) -> None:
         if len(prompts) != len(answers):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
+        if scored_tokens is not None and len(scored_tokens) != len(answers):
+            raise ValueError(
+                f"{len(scored_tokens)} scored-token counts but {len(answers)} answers"
+            )
         self._model, self._tokenizer, self._prefix = model, tokenizer, prefix
-        self._batch_size = batch_size
+        self._batching = (batch_size, batch_tokens)
         self._padding = (
             padding_id(tokenizer),
             padding_side or tokenizer.padding_side,
@@ -340,6 +368,10 @@ class AnswerScorer:
             encode_pair(tokenizer, prefix + p, a)
             for p, a in zip(prompts, answers, strict=True)
         ]
+        if scored_tokens is not None:
+            self._pairs = [
+                (p, a[:n]) for (p, a), n in zip(self._pairs, scored_tokens, strict=True)
+            ]
         for index, (prompt_ids, answer_ids) in enumerate(self._pairs):
             if limit is not None and len(prompt_ids) + len(answer_ids) > limit:
                 raise ContextOverflowError(
@@ -391,7 +423,7 @@ class AnswerScorer:
             skip = len(cached) if cached is not None else 0
             pairs = [(p[skip:], a) for p, a in self._pairs]
             widths = [len(pairs[members[0]][0]) for members in order]
-            for batch in length_batches(widths, self._batch_size):
+            for batch in length_batches(widths, *self._batching):
                 chunk = [order[i] for i in batch]
                 state = _prompt_pass(
                     self._model,
@@ -420,8 +452,10 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
     answers: Sequence[str],
     *,
     batch_size: int = 16,
+    batch_tokens: int | None = None,
     padding_side: str | None = None,
     prefix: str = "",
+    scored_tokens: Sequence[int | None] | None = None,
 ) -> list[AnswerScore]:
     """Score each answer after its prompt, in padded batches.
 
@@ -438,9 +472,14 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
         prompts: the prompts, complete text (no ``{}`` left).
         answers: one answer per prompt.
         batch_size: distinct prompts per forward pass.
+        batch_tokens: at most this many padded prompt positions per pass (None: no
+            limit; ``length_batches``).
         padding_side: ``left`` or ``right``; default: the tokenizer's.
         prefix: text before every prompt (an in-context edit's). Its tokens run once
             (``PrefixCache``), where every prompt's joint tokens begin with them.
+        scored_tokens: per pair, how many of its answer's first tokens are scored
+            (None: all); the score is then that of the answer cut there. A pair cut to
+            one token needs no answer pass.
     """
     return AnswerScorer(
         model,
@@ -448,8 +487,10 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
         prompts,
         answers,
         batch_size=batch_size,
+        batch_tokens=batch_tokens,
         padding_side=padding_side,
         prefix=prefix,
+        scored_tokens=scored_tokens,
     ).finish()
 
 

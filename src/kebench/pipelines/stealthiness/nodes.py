@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
@@ -23,6 +24,7 @@ from kebench.qa.probes import edits_measured, first_stored_edits
 from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
 from kebench.scoring.drift import (
     DRIFT_COLUMNS,
+    Batching,
     Capability,
     DriftShard,
     GeneralSets,
@@ -104,7 +106,7 @@ def measure_base_capability(
     """The unedited model on the general sets, every edit's reference; read from the
     base-score store when any run measured it with the same weights and sets."""
     capability, partition = stored_base_capability(
-        model, general_sets, int(params["batch_size"]), base_capability_store_stored
+        model, general_sets, Batching.from_params(params), base_capability_store_stored
     )
     logger.info(
         "base capability %s", "measured now" if partition else "read from the store"
@@ -129,7 +131,11 @@ def plan_drift_shards(
         general_sets.probes.to_numpy().tolist(),
     )
     return plan_shards(
-        ok, shard_size, sets, int(params["batch_size"]), split_sequential=False
+        ok,
+        shard_size,
+        sets,
+        asdict(Batching.from_params(params)),
+        split_sequential=False,
     )
 
 
@@ -152,7 +158,7 @@ def measure_drift_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
             store_root=str(edit_deltas_stored.root),
             sets=general_sets,
             base=base_capability,
-            batch_size=int(params["batch_size"]),
+            batching=Batching.from_params(params),
         )
         for key, _, plan in pending_shards(drift_shard_plan, drift_shards_stored)
     }
