@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import spacy
-from spacy.language import Language
 
 from kebench.kg.sparql import RDFS_LABEL, SparqlEndpoint
 from kebench.schemas import MENTIONS
+
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 # Dataset fields that name an entity outright, and fields whose text is searched.
 ENTITY_FIELDS = ("subject", "target_true", "target_new")
@@ -37,6 +39,10 @@ def build_entity_ruler(
         spacy_model: a trained pipeline to load instead of blank English; the ruler
             runs before its statistical NER so that KG labels win.
     """
+    # imported here: every kedro run imports every pipeline's nodes, and spaCy takes
+    # seconds to import from a cold disk
+    import spacy  # noqa: PLC0415
+
     nlp = spacy.load(spacy_model) if spacy_model else spacy.blank("en")
     placement = {"before": "ner"} if "ner" in nlp.pipe_names else {}
     ruler = nlp.add_pipe(

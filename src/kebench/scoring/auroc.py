@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 
 def auroc(positives: np.ndarray, negatives: np.ndarray) -> np.ndarray | float:
     """P(a positive scores above a negative), ties counting half: the Mann-Whitney U
     over the pairs. Along the last axis, so that bootstrap draws go in one call."""
+    # imported here: every kedro run imports every pipeline's nodes, and scipy.stats
+    # takes a second to import from a cold disk
+    from scipy.stats import mannwhitneyu  # noqa: PLC0415
+
     u = mannwhitneyu(positives, negatives, axis=-1, method="asymptotic").statistic
     return u / (positives.shape[-1] * negatives.shape[-1])
 

@@ -55,7 +55,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import hmean
 from transformers import DynamicCache
 
 from kebench.editing.runner import fingerprint
@@ -384,6 +383,10 @@ def score_cases(  # noqa: PLR0913 - the prefix and known NLLs are optional
 
 
 def _harmonic_mean(scores: np.ndarray) -> float:
+    # imported here: every kedro run imports every pipeline's nodes, and scipy.stats
+    # takes a second to import from a cold disk
+    from scipy.stats import hmean  # noqa: PLC0415
+
     # hmean of (efficacy, paraphrase, neighbourhood); 0 when any of them is 0
     return float(hmean(scores)) if (scores > 0).all() else 0.0
 

@@ -42,7 +42,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from sklearn.metrics import roc_curve
 from tqdm.auto import tqdm
 
 from kebench.editing.delta import Delta, delta_applied
@@ -356,6 +355,10 @@ def auroc_table(audit: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Da
 
 def plot_roc(audit: pd.DataFrame, table: pd.DataFrame) -> Figure:
     """ROC curves of each detector, one panel per method."""
+    # imported here: every kedro run imports every pipeline's nodes, and scikit-learn
+    # takes seconds to import from a cold disk
+    from sklearn.metrics import roc_curve  # noqa: PLC0415
+
     methods = sorted(audit["method"].unique()) if len(audit) else []
     figure, axes = plt.subplots(
         1,
