@@ -68,8 +68,15 @@ def test_length_batches_by_rows_and_by_a_token_budget():
     assert length_batches(lengths, 3, 9) == [[5], [0], [2, 3, 4], [1]]
     # a row longer than the budget goes alone
     assert length_batches([20, 2, 2], 8, 9) == [[0], [1, 2]]
+    # a budget of 20 positions held in the KV cache, each row after 5 cached ones: the
+    # two 3s hold 2 x (5 + 3) = 16, a third row would hold 3 x 8 = 24; then 2 and 1
+    # hold 2 x (5 + 2) = 14. Without the cached context all four fit (4 x 3 = 12).
+    assert length_batches([3, 3, 2, 1], 8, context=5, max_held=20) == [[0, 1], [2, 3]]
+    assert length_batches([3, 3, 2, 1], 8, max_held=20) == [[0, 1, 2, 3]]
     with pytest.raises(ValueError, match="token budget"):
         length_batches(lengths, 3, 0)
+    with pytest.raises(ValueError, match="held-token budget"):
+        length_batches(lengths, 3, max_held=0)
 
 
 def plain_logprob(lm, prompt: str, answer: str) -> tuple[float, list[int]]:

@@ -407,10 +407,14 @@ def test_a_prefix_runs_once_and_measures_as_before_every_text(lm):
     assert text_perplexity(lm, texts, IKE_PREFIX, Batching(2)) == pytest.approx(
         plain_perplexity(lm, texts, IKE_PREFIX), rel=1e-4
     )
+    expected = plain_next_token(lm, prompts, IKE_PREFIX)
     assert torch.allclose(
-        next_token_logprobs(lm, prompts, IKE_PREFIX, Batching(2)),
-        plain_next_token(lm, prompts, IKE_PREFIX),
-        atol=1e-4,
+        next_token_logprobs(lm, prompts, IKE_PREFIX, Batching(2)), expected, atol=1e-4
+    )
+    # the prefix held once per row counts against a held-token budget
+    budget = Batching(64, 512, 3 * len(lm.tokenizer(IKE_PREFIX)["input_ids"]))
+    assert torch.allclose(
+        next_token_logprobs(lm, prompts, IKE_PREFIX, budget), expected, atol=1e-4
     )
 
 

@@ -50,21 +50,32 @@ GENERAL_SETS = ("general", "boolq", "nq")
 @dataclass(frozen=True)
 class Batching:
     """How the general sets' rows share forward passes (``length_batches``): at most
-    ``rows`` rows a pass and, where ``tokens`` is set, at most that many padded
-    positions."""
+    ``rows`` rows a pass and, where set, at most ``tokens`` padded positions forwarded
+    and ``held`` positions in its KV cache (an in-context prefix's copy for each row
+    included)."""
 
     rows: int = 8
     tokens: int | None = None
+    held: int | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> Batching:
-        """From stealthiness's ``batch_size`` and ``batch_tokens``."""
-        tokens = params.get("batch_tokens")
-        return cls(int(params["batch_size"]), None if tokens is None else int(tokens))
+        """From stealthiness's ``batch_size``, ``batch_tokens`` and ``batch_held``."""
 
-    def of(self, lengths: Sequence[int]) -> list[list[int]]:
-        """The batches of rows of these lengths."""
-        return length_batches(lengths, self.rows, self.tokens)
+        def budget(key: str) -> int | None:
+            value = params.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            int(params["batch_size"]), budget("batch_tokens"), budget("batch_held")
+        )
+
+    def of(self, lengths: Sequence[int], context: int = 0) -> list[list[int]]:
+        """The batches of rows of these lengths, each after ``context`` cached
+        positions."""
+        return length_batches(
+            lengths, self.rows, self.tokens, context=context, max_held=self.held
+        )
 
 
 @dataclass(frozen=True)
@@ -219,7 +230,8 @@ def text_perplexity(
     total, count = 0.0, 0
     every, cached, context = _sequences(lm, texts, prefix)
     first = context + 1  # the first text token is not scored
-    for batch in batching.of([len(s) for s in every]):
+    held = len(cached) if cached is not None else 0
+    for batch in batching.of([len(s) for s in every], held):
         sequences = [every[i] for i in batch]
         logits, _ = forward_padded(
             lm.model, sequences, padding_id(lm.tokenizer), "right", prefix=cached
@@ -243,8 +255,9 @@ def next_token_logprobs(
 ) -> torch.Tensor:
     """log P(next token | prefix + prompt), one row per prompt (float64, on the CPU)."""
     every, cached, _ = _sequences(lm, prompts, prefix)
+    held = len(cached) if cached is not None else 0
     rows: dict[int, torch.Tensor] = {}
-    for batch in batching.of([len(s) for s in every]):
+    for batch in batching.of([len(s) for s in every], held):
         sequences = [every[i] for i in batch]
         last = [len(s) - 1 for s in sequences]
         keep = sorted(set(last))
@@ -287,6 +300,7 @@ def probe_accuracy(
         [*probes["answer"], *probes.loc[choice, "wrong"]],
         batch_size=batching.rows,
         batch_tokens=batching.tokens,
+        batch_held=batching.held,
         prefix=prefix,
         scored_tokens=[None if c else 1 for c in choice] + [None] * int(choice.sum()),
     )
@@ -346,7 +360,11 @@ def capability_key(lm: LoadedModel, sets: GeneralSets, batching: Batching) -> st
     probes = sets.probes[["set", "prompt", "answer", "wrong"]].astype(str)
     texts = [str(t) for t in (*sets.texts, *sets.prompts, *probes.to_numpy().ravel())]
     ids = lm.tokenizer(texts, add_special_tokens=False).input_ids
-    batches = {"batch_size": batching.rows, "batch_tokens": batching.tokens}
+    batches = {
+        "batch_size": batching.rows,
+        "batch_tokens": batching.tokens,
+        "batch_held": batching.held,
+    }
     return fingerprint(weights_digest(lm), batches, ids)
 
 

@@ -263,34 +263,46 @@ def padding_id(tokenizer: PreTrainedTokenizerBase) -> int:
 
 
 def length_batches(
-    lengths: Sequence[int], batch_size: int, max_tokens: int | None = None
+    lengths: Sequence[int],
+    batch_size: int,
+    max_tokens: int | None = None,
+    *,
+    context: int = 0,
+    max_held: int | None = None,
 ) -> list[list[int]]:
     """Indices of ``lengths`` in batches of at most ``batch_size`` rows, like lengths
     together.
 
     A padded batch costs its longest row times its size: rows of like length waste the
-    least. Without ``max_tokens`` the batches go shortest first. With it, a batch also
-    holds at most ``max_tokens`` padded positions (a longer row goes alone): every pass
-    reads each weight once, which on a CPU costs as much as forwarding tens of tokens,
-    so short rows should share a pass. Rows are then taken longest first, so that a
-    batch's first row sets its budget and the rows left over at the end are the
-    shortest.
+    least. Without a budget the batches go shortest first. With ``max_tokens``, a batch
+    also forwards at most that many padded positions; with ``max_held``, it holds at
+    most that many in its KV cache, each row's ``context`` (a cached prefix, copied for
+    every row) included. A row over a budget goes alone. Every pass reads each weight
+    once, which on a CPU costs as much as forwarding tens of tokens, so short rows
+    should share a pass; but a long prefix copied for many rows costs more than the
+    passes it saves. Budgeted rows are taken longest first, so that a batch's first
+    row sets its width and the rows left over at the end are the shortest.
     """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
-    if max_tokens is None:
+    if max_tokens is None and max_held is None:
         order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    if max_tokens < 1:
-        raise ValueError(f"token budget must be >= 1, got {max_tokens}")
+    for name, budget in (("token", max_tokens), ("held-token", max_held)):
+        if budget is not None and budget < 1:
+            raise ValueError(f"{name} budget must be >= 1, got {budget}")
+
+    def fits(rows: int, width: int) -> bool:
+        return (
+            rows <= batch_size
+            and (max_tokens is None or rows * width <= max_tokens)
+            and (max_held is None or rows * (context + width) <= max_held)
+        )
+
     batches: list[list[int]] = []
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        batch = batches[-1] if batches else []
-        if (
-            0 < len(batch) < batch_size
-            and (len(batch) + 1) * lengths[batch[0]] <= max_tokens
-        ):
-            batch.append(i)
+        if batches and fits(len(batches[-1]) + 1, lengths[batches[-1][0]]):
+            batches[-1].append(i)
         else:
             batches.append([i])
     return batches
@@ -347,6 +359,7 @@ class AnswerScorer:
         *,
         batch_size: int = 16,
         batch_tokens: int | None = None,
+        batch_held: int | None = None,
         padding_side: str | None = None,
         prefix: str = "",
         scored_tokens: Sequence[int | None] | None = None,
@@ -358,7 +371,7 @@ class AnswerScorer:
                 f"{len(scored_tokens)} scored-token counts but {len(answers)} answers"
             )
         self._model, self._tokenizer, self._prefix = model, tokenizer, prefix
-        self._batching = (batch_size, batch_tokens)
+        self._batching = (batch_size, batch_tokens, batch_held)
         self._padding = (
             padding_id(tokenizer),
             padding_side or tokenizer.padding_side,
@@ -423,7 +436,10 @@ class AnswerScorer:
             skip = len(cached) if cached is not None else 0
             pairs = [(p[skip:], a) for p, a in self._pairs]
             widths = [len(pairs[members[0]][0]) for members in order]
-            for batch in length_batches(widths, *self._batching):
+            rows, tokens, held = self._batching
+            for batch in length_batches(
+                widths, rows, tokens, context=skip, max_held=held
+            ):
                 chunk = [order[i] for i in batch]
                 state = _prompt_pass(
                     self._model,
@@ -453,6 +469,7 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
     *,
     batch_size: int = 16,
     batch_tokens: int | None = None,
+    batch_held: int | None = None,
     padding_side: str | None = None,
     prefix: str = "",
     scored_tokens: Sequence[int | None] | None = None,
@@ -472,8 +489,9 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
         prompts: the prompts, complete text (no ``{}`` left).
         answers: one answer per prompt.
         batch_size: distinct prompts per forward pass.
-        batch_tokens: at most this many padded prompt positions per pass (None: no
-            limit; ``length_batches``).
+        batch_tokens: at most this many padded prompt positions per pass, and
+        batch_held: at most this many in its KV cache, the cached prefix's copy for
+            each row included (None: no limit; ``length_batches``).
         padding_side: ``left`` or ``right``; default: the tokenizer's.
         prefix: text before every prompt (an in-context edit's). Its tokens run once
             (``PrefixCache``), where every prompt's joint tokens begin with them.
@@ -488,6 +506,7 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
         answers,
         batch_size=batch_size,
         batch_tokens=batch_tokens,
+        batch_held=batch_held,
         padding_side=padding_side,
         prefix=prefix,
         scored_tokens=scored_tokens,
