@@ -16,7 +16,7 @@ largest difference of a log-prob between the two ways, ``generations_equal`` the
 of probes whose answer is the same both ways. Target (issue 6): speedup >= 3 on CPU.
 
 Drift (stealthiness): one edit's measures on the general sets (``measure_capability``
-with the pipeline's batching, ``drift_batching``: rows and a token budget per pass; and
+with the pipeline's batching, ``drift_batching``: rows and token budgets per pass; and
 one sequence at a time), ``drift_s_per_edit``, ``drift_one_by_one_s_per_edit``,
 ``drift_speedup``; after an IKE-style prefix, which runs once through the KV cache,
 ``drift_ike_prefix_s_per_edit``; and the work itself: ``drift_sequences_per_edit``,
