@@ -73,11 +73,11 @@ with contextlib.redirect_stdout(sys.stderr):
         run_in_catalog,
         run_pipeline,
     )
-    from kebench.scoring.drift import Batching, measure_capability
+    from kebench.scoring.drift import measure_capability
     from kebench.scoring.evaluate import ScoringSettings, score_pass
     from kebench.scoring.forward_ledger import ForwardLedger
     from kebench.scoring.generation import GenerationSettings, generate_answers
-    from kebench.scoring.logprobs import score_answers
+    from kebench.scoring.logprobs import Batching, score_answers
 
 logger = logging.getLogger("benchmarks.scoring")
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kebench.scoring.logprobs import (
+    Batching,
     ContextOverflowError,
     answer_text,
     encode_pair,
@@ -153,8 +154,7 @@ def test_scoring_an_answers_first_tokens_needs_no_answer_pass(lm):
             prompts,
             answers,
             scored_tokens=[1, 1, 1],
-            batch_size=8,
-            batch_tokens=64,
+            batching=Batching(8, 64),
         )
     finally:
         hook.remove()

@@ -15,7 +15,6 @@ from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.project import PROJECT_ROOT
 from kebench.scoring.drift import (
-    Batching,
     base_capability,
     boolq_probes,
     edit_drift,
@@ -28,7 +27,7 @@ from kebench.scoring.drift import (
     stored_base_capability,
     text_perplexity,
 )
-from kebench.scoring.logprobs import encode_pair
+from kebench.scoring.logprobs import Batching, encode_pair
 from kebench.scoring.stealth import (
     MEASURES,
     benign_share,

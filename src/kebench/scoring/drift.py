@@ -35,9 +35,9 @@ from kebench.models.loading import LoadedModel
 from kebench.scoring.base_store import KEY, reuse_scores, weights_digest
 from kebench.scoring.evaluate import EditedShard
 from kebench.scoring.logprobs import (
+    Batching,
     PrefixCache,
     forward_padded,
-    length_batches,
     padding_id,
     score_answers,
 )
@@ -45,37 +45,6 @@ from kebench.scoring.logprobs import (
 logger = logging.getLogger(__name__)
 
 GENERAL_SETS = ("general", "boolq", "nq")
-
-
-@dataclass(frozen=True)
-class Batching:
-    """How the general sets' rows share forward passes (``length_batches``): at most
-    ``rows`` rows a pass and, where set, at most ``tokens`` padded positions forwarded
-    and ``held`` positions in its KV cache (an in-context prefix's copy for each row
-    included)."""
-
-    rows: int = 8
-    tokens: int | None = None
-    held: int | None = None
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, object]) -> Batching:
-        """From stealthiness's ``batch_size``, ``batch_tokens`` and ``batch_held``."""
-
-        def budget(key: str) -> int | None:
-            value = params.get(key)
-            return None if value is None else int(value)
-
-        return cls(
-            int(params["batch_size"]), budget("batch_tokens"), budget("batch_held")
-        )
-
-    def of(self, lengths: Sequence[int], context: int = 0) -> list[list[int]]:
-        """The batches of rows of these lengths, each after ``context`` cached
-        positions."""
-        return length_batches(
-            lengths, self.rows, self.tokens, context=context, max_held=self.held
-        )
 
 
 @dataclass(frozen=True)
@@ -230,8 +199,7 @@ def text_perplexity(
     total, count = 0.0, 0
     every, cached, context = _sequences(lm, texts, prefix)
     first = context + 1  # the first text token is not scored
-    held = len(cached) if cached is not None else 0
-    for batch in batching.of([len(s) for s in every], held):
+    for batch in batching.of([len(s) for s in every], cached):
         sequences = [every[i] for i in batch]
         logits, _ = forward_padded(
             lm.model, sequences, padding_id(lm.tokenizer), "right", prefix=cached
@@ -255,9 +223,8 @@ def next_token_logprobs(
 ) -> torch.Tensor:
     """log P(next token | prefix + prompt), one row per prompt (float64, on the CPU)."""
     every, cached, _ = _sequences(lm, prompts, prefix)
-    held = len(cached) if cached is not None else 0
     rows: dict[int, torch.Tensor] = {}
-    for batch in batching.of([len(s) for s in every], held):
+    for batch in batching.of([len(s) for s in every], cached):
         sequences = [every[i] for i in batch]
         last = [len(s) - 1 for s in sequences]
         keep = sorted(set(last))
@@ -298,9 +265,7 @@ def probe_accuracy(
         lm.tokenizer,
         prompts + [p for p, c in zip(prompts, choice, strict=True) if c],
         [*probes["answer"], *probes.loc[choice, "wrong"]],
-        batch_size=batching.rows,
-        batch_tokens=batching.tokens,
-        batch_held=batching.held,
+        batching=batching,
         prefix=prefix,
         scored_tokens=[None if c else 1 for c in choice] + [None] * int(choice.sum()),
     )

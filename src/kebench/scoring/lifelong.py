@@ -49,14 +49,14 @@ from kebench.editing.runner import EditJob, fingerprint, run_job, unit_fingerpri
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.scoring.context import prompt_context
-from kebench.scoring.drift import Batching, GeneralSets, measure_capability
+from kebench.scoring.drift import GeneralSets, measure_capability
 from kebench.scoring.evaluate import (
     ScoringSettings,
     joint_drops,
     probe_score_rows,
     score_pass,
 )
-from kebench.scoring.logprobs import ContextOverflowError
+from kebench.scoring.logprobs import Batching, ContextOverflowError
 from kebench.scoring.metrics import (
     ENTAILED_SUBSETS,
     cluster_bootstrap_ci,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -308,6 +308,40 @@ def length_batches(
     return batches
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How rows share forward passes (``length_batches``): at most ``rows`` rows a pass
+    and, where set, at most ``tokens`` padded positions forwarded and ``held``
+    positions in its KV cache (a cached prefix's copy for each row included)."""
+
+    rows: int = 8
+    tokens: int | None = None
+    held: int | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> Batching:
+        """From a parameters block's ``batch_size``, ``batch_tokens`` and
+        ``batch_held``."""
+
+        def budget(key: str) -> int | None:
+            value = params.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            int(params["batch_size"]), budget("batch_tokens"), budget("batch_held")
+        )
+
+    def of(
+        self, lengths: Sequence[int], prefix: PrefixCache | None = None
+    ) -> list[list[int]]:
+        """The batches of rows of these lengths, each after ``prefix`` where one is
+        cached."""
+        context = len(prefix) if prefix is not None else 0
+        return length_batches(
+            lengths, self.rows, self.tokens, context=context, max_held=self.held
+        )
+
+
 def context_length(model: PreTrainedModel) -> int | None:
     """The longest sequence the model's positions allow, when its config says."""
     config = model.config
@@ -358,8 +392,7 @@ class AnswerScorer:
         answers: Sequence[str],
         *,
         batch_size: int = 16,
-        batch_tokens: int | None = None,
-        batch_held: int | None = None,
+        batching: Batching | None = None,
         padding_side: str | None = None,
         prefix: str = "",
         scored_tokens: Sequence[int | None] | None = None,
@@ -371,7 +404,7 @@ class AnswerScorer:
                 f"{len(scored_tokens)} scored-token counts but {len(answers)} answers"
             )
         self._model, self._tokenizer, self._prefix = model, tokenizer, prefix
-        self._batching = (batch_size, batch_tokens, batch_held)
+        self._batching = batching or Batching(batch_size)
         self._padding = (
             padding_id(tokenizer),
             padding_side or tokenizer.padding_side,
@@ -436,10 +469,7 @@ class AnswerScorer:
             skip = len(cached) if cached is not None else 0
             pairs = [(p[skip:], a) for p, a in self._pairs]
             widths = [len(pairs[members[0]][0]) for members in order]
-            rows, tokens, held = self._batching
-            for batch in length_batches(
-                widths, rows, tokens, context=skip, max_held=held
-            ):
+            for batch in self._batching.of(widths, cached):
                 chunk = [order[i] for i in batch]
                 state = _prompt_pass(
                     self._model,
@@ -468,8 +498,7 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
     answers: Sequence[str],
     *,
     batch_size: int = 16,
-    batch_tokens: int | None = None,
-    batch_held: int | None = None,
+    batching: Batching | None = None,
     padding_side: str | None = None,
     prefix: str = "",
     scored_tokens: Sequence[int | None] | None = None,
@@ -489,9 +518,8 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
         prompts: the prompts, complete text (no ``{}`` left).
         answers: one answer per prompt.
         batch_size: distinct prompts per forward pass.
-        batch_tokens: at most this many padded prompt positions per pass, and
-        batch_held: at most this many in its KV cache, the cached prefix's copy for
-            each row included (None: no limit; ``length_batches``).
+        batching: rows and token budgets per pass (``Batching``); given, it
+            replaces ``batch_size``.
         padding_side: ``left`` or ``right``; default: the tokenizer's.
         prefix: text before every prompt (an in-context edit's). Its tokens run once
             (``PrefixCache``), where every prompt's joint tokens begin with them.
@@ -505,8 +533,7 @@ def score_answers(  # noqa: PLR0913 - batching options are keyword-only
         prompts,
         answers,
         batch_size=batch_size,
-        batch_tokens=batch_tokens,
-        batch_held=batch_held,
+        batching=batching,
         padding_side=padding_side,
         prefix=prefix,
         scored_tokens=scored_tokens,

@@ -24,7 +24,6 @@ from kebench.qa.probes import edits_measured, first_stored_edits
 from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
 from kebench.scoring.drift import (
     DRIFT_COLUMNS,
-    Batching,
     Capability,
     DriftShard,
     GeneralSets,
@@ -33,6 +32,7 @@ from kebench.scoring.drift import (
     stored_base_capability,
 )
 from kebench.scoring.evaluate import plan_shards, require_scored
+from kebench.scoring.logprobs import Batching
 from kebench.scoring.stealth import edit_outcomes, stealth_scores
 from kebench.scoring.stealth_report import (
     plot_success_vs_drift,
