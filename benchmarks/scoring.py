@@ -16,8 +16,9 @@ largest difference of a log-prob between the two ways, ``generations_equal`` the
 of probes whose answer is the same both ways. Target (issue 6): speedup >= 3 on CPU.
 
 Drift (stealthiness): one edit's measures on the general sets (``measure_capability``
-with the pipeline's batching, ``drift_batching``: rows and token budgets per pass; and
-one sequence at a time), ``drift_s_per_edit``, ``drift_one_by_one_s_per_edit``,
+with the pipeline's batching, ``drift_batching``: rows and token budgets per pass,
+its sequences packed several to a row; and one sequence at a time, unpacked,
+``padded_capability``), ``drift_s_per_edit``, ``drift_one_by_one_s_per_edit``,
 ``drift_speedup``; after an IKE-style prefix, which runs once through the KV cache,
 ``drift_ike_prefix_s_per_edit``; and the work itself: ``drift_sequences_per_edit``,
 ``drift_tokens_per_edit``, ``drift_tokens_per_s``.
@@ -28,7 +29,9 @@ best rate of ``torch.matmul`` on square matrices of the model's dtype, n = 2048 
 4096, all threads) measured right before a batched drift measure, and that measure's
 model FLOP/s: 2 x parameters x the tokens the model forwarded (counted by a forward
 pre-hook on the model: the non-padding positions of each call's input ids, so a KV
-cache's past counts once) / seconds. Each pair's quotient is in
+cache's past counts once; in a packed pass, its sequences, less each row's free end)
+/ seconds. ``drift_tokens_per_edit`` counts the same tokens from the sets themselves,
+with the tokenizer: the two agree when nothing is forwarded twice. Each pair's quotient is in
 ``drift_peak_ratios``; ``drift_peak_ratio`` is their median, and
 ``matmul_peak_flops_per_s`` and ``drift_model_flops_per_s`` are that pair's. The
 machine's speed moves from minute to minute, so the two rates of a quotient are
@@ -73,11 +76,11 @@ with contextlib.redirect_stdout(sys.stderr):
         run_in_catalog,
         run_pipeline,
     )
-    from kebench.scoring.drift import measure_capability
+    from kebench.scoring.drift import measure_capability, padded_capability
     from kebench.scoring.evaluate import ScoringSettings, score_pass
-    from kebench.scoring.forward_ledger import ForwardLedger
+    from kebench.scoring.forward_ledger import ForwardLedger, packed_sequences
     from kebench.scoring.generation import GenerationSettings, generate_answers
-    from kebench.scoring.logprobs import Batching, score_answers
+    from kebench.scoring.logprobs import Batching, padding_id, score_answers
 
 logger = logging.getLogger("benchmarks.scoring")
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")
@@ -129,8 +132,10 @@ def matmul_peak(dtype: torch.dtype, sizes=(2048, 4096), repeats: int = 5) -> flo
 
 
 @contextmanager
-def forwarded_tokens(model: torch.nn.Module):
-    """Count the non-padding input positions of every forward call of ``model``."""
+def forwarded_tokens(model: torch.nn.Module, pad_id: int):
+    """Count the non-padding input positions of every forward call of ``model``: a
+    padded batch's by its attention mask, a packed one's (``forward_packed``: no mask,
+    position ids) by its sequences, less a row's free end of ``pad_id``."""
     count = [0]
 
     def hook(_module, args, kwargs):
@@ -138,8 +143,14 @@ def forwarded_tokens(model: torch.nn.Module):
         if ids is None:
             return
         mask = kwargs.get("attention_mask")
+        positions = kwargs.get("position_ids")
         length = ids.shape[-1]
-        count[0] += int(mask[:, -length:].sum()) if mask is not None else ids.numel()
+        if mask is not None:
+            count[0] += int(mask[:, -length:].sum())
+        elif positions is not None:
+            count[0] += sum(map(len, packed_sequences(ids, positions, pad_id)))
+        else:
+            count[0] += ids.numel()
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     try:
@@ -172,18 +183,18 @@ def time_drift(lm, scratch: Path) -> dict:
     # for all its edits (the base model's measure) and not per edit
     measure_capability(lm, sets, "", batching)
     seconds, pairs = {}, []
-    for name, batches, prefix, repeats in (
-        ("batched", batching, "", 3),
-        ("one_by_one", Batching(1), "", 1),
-        ("batched_ike_prefix", batching, IKE_PREFIX, 1),
+    for name, measure, batches, prefix, repeats in (
+        ("batched", measure_capability, batching, "", 3),
+        ("one_by_one", padded_capability, Batching(1), "", 1),
+        ("batched_ike_prefix", measure_capability, batching, IKE_PREFIX, 1),
     ):
         for _ in range(repeats):
             # the peak is measured next to each batched measure: this machine's speed
             # moves from minute to minute (a shared VM), and both should see the same
             peak = matmul_peak(dtype) if name == "batched" else None
-            with forwarded_tokens(lm.model) as forwarded:
+            with forwarded_tokens(lm.model, padding_id(lm.tokenizer)) as forwarded:
                 started = time.perf_counter()
-                measure_capability(lm, sets, prefix, batches)
+                measure(lm, sets, prefix, batches)
                 elapsed = time.perf_counter() - started
             seconds[name] = min(seconds.get(name, elapsed), elapsed)
             if peak is not None:
@@ -224,7 +235,9 @@ def count_repeats(dataset: str, model: str, scratch: Path) -> dict:
         catalog = project_catalog(params, scratch)
         counts[method] = {}
         forwarded, repeated = ledger.by_node.copy(), ledger.repeated_by_node.copy()
-        with ledger.watching(catalog.load("model").model):
+        lm = catalog.load("model")
+        ledger.padding_id = padding_id(lm.tokenizer)  # a packed row's free end
+        with ledger.watching(lm.model):
             for pipeline in REPEAT_PIPELINES:
                 before = ledger.summary()
                 run_in_catalog(pipeline, catalog)

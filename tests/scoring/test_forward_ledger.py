@@ -98,3 +98,32 @@ def test_a_weight_change_makes_another_state_and_its_undoing_the_same(lm):
         forward_padded(lm.model, sequences, padding_id(lm.tokenizer))
     assert ledger.repeated_tokens == len(sequences[0])
     assert ledger.tokens == 3 * len(sequences[0])
+
+
+@pytest.mark.model
+def test_packed_sequences_are_known_apart_and_a_rows_free_end_is_not_counted(lm):
+    sequences = [_ids(lm, p) for p in PROMPTS]
+    pad = padding_id(lm.tokenizer)
+    first, second = sequences
+    ledger = ForwardLedger(padding_id=pad)
+    with ledger.watching(lm.model), torch.no_grad():
+        # both prompts packed in one row, two pads at its end (their own sequence)
+        lm.model(
+            input_ids=torch.tensor([first + second + [pad, pad]]),
+            position_ids=torch.tensor(
+                [[*range(len(first)), *range(len(second)), 0, 1]]
+            ),
+            use_cache=False,
+        )
+        once = ledger.tokens
+        assert once == len(first) + len(second)
+        assert ledger.repeated_tokens == 0
+        # the same two sequences packed the other way, then padded: repeats
+        lm.model(
+            input_ids=torch.tensor([second + first]),
+            position_ids=torch.tensor([[*range(len(second)), *range(len(first))]]),
+            use_cache=False,
+        )
+        forward_padded(lm.model, sequences, pad)
+    assert ledger.tokens == 3 * once and ledger.repeated_tokens == 2 * once
+    assert ledger.unknown_context_tokens == 0

@@ -10,8 +10,12 @@ from kebench.scoring.logprobs import (
     ContextOverflowError,
     answer_text,
     encode_pair,
+    forward_packed,
     length_batches,
+    packed_rows,
+    packing_fits,
     pad_batch,
+    padding_id,
     score_answers,
 )
 from tests.editing.cases import demo_requests
@@ -78,6 +82,71 @@ def test_length_batches_by_rows_and_by_a_token_budget():
         length_batches(lengths, 3, 0)
     with pytest.raises(ValueError, match="held-token budget"):
         length_batches(lengths, 3, max_held=0)
+
+
+def test_packed_rows_fit_the_longest_first():
+    # worked by hand, rows of 6: 5 opens row A (1 free), 4 row B (2 free), 3 row C;
+    # 2 fits B's 2, and 1 fits A's 1
+    assert packed_rows([3, 5, 2, 4, 1], 6) == [[1, 4], [3, 2], [0]]
+    assert packed_rows([2, 2, 2], 6) == [[0, 1, 2]]
+    with pytest.raises(ValueError, match="sequence 1 of 7 tokens exceeds rows of 6"):
+        packed_rows([3, 7], 6)
+
+
+@pytest.mark.model
+def test_packed_sequences_score_as_alone_in_full_passes(lm):
+    """Each sequence's logits at the asked positions equal a plain forward of it
+    alone; the passes hold whole rows, as many as the token budget allows."""
+    texts = [request.text for request in demo_requests()]
+    whole = [list(lm.tokenizer(t)["input_ids"]) for t in texts[:4]]
+    # and shorter ones, which share rows with the whole
+    sequences = [*whole, whole[0][:2], whole[1][:3], whole[2][:4]]
+    positions = [
+        range(len(s)) if i % 2 else [len(s) - 1] for i, s in enumerate(sequences)
+    ]
+    width = max(map(len, sequences))
+    passes = []
+    handle = lm.model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: passes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True,
+    )
+    try:
+        got = dict(
+            forward_packed(
+                lm.model,
+                sequences,
+                positions,
+                padding_id(lm.tokenizer),
+                Batching(8, 2 * width),
+            )
+        )
+    finally:
+        handle.remove()
+    # the rows worked out from the lengths alone (first fit, longest first)
+    rows = packed_rows([len(s) for s in sequences], width)
+    assert len(rows) < len(sequences)
+    assert passes == [(len(rows[i : i + 2]), width) for i in range(0, len(rows), 2)]
+    for i, sequence in enumerate(sequences):
+        with torch.no_grad():
+            alone = lm.model(input_ids=torch.tensor([sequence])).logits[0]
+        assert torch.allclose(got[i], alone[list(positions[i])], atol=1e-4)
+
+
+@pytest.mark.model
+def test_packing_does_not_fit_a_model_whose_modules_are_hooked(lm):
+    """An edit's hook inside the model (GRACE, WISE) reads each row's last token."""
+    assert packing_fits(lm.model)
+    handle = lm.model.model.layers[2].mlp.register_forward_hook(lambda *_: None)
+    try:
+        assert not packing_fits(lm.model)
+    finally:
+        handle.remove()
+    # a hook on the model itself sees only its inputs (a ledger's, a benchmark's)
+    handle = lm.model.register_forward_pre_hook(lambda *_: None)
+    try:
+        assert packing_fits(lm.model)
+    finally:
+        handle.remove()
 
 
 def plain_logprob(lm, prompt: str, answer: str) -> tuple[float, list[int]]:

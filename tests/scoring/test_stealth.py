@@ -15,6 +15,7 @@ from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.project import PROJECT_ROOT
 from kebench.scoring.drift import (
+    GeneralSets,
     base_capability,
     boolq_probes,
     edit_drift,
@@ -484,6 +485,52 @@ def test_probe_accuracy_matches_a_plain_computation(lm):
     assert set(expected) == {"general", "boolq"}
     for batching in (Batching(3), Batching(64, 48)):
         assert probe_accuracy(lm, probes, batching=batching) == expected
+
+
+@pytest.mark.model
+def test_a_packed_measure_matches_the_plain_computations(lm):
+    """Texts, prompts and probes packed together, a choice's multi-token option
+    included; then with a hook inside the model, which packing must not run past."""
+    sets = demo_sets()
+    choices = pd.DataFrame(
+        {
+            "set": "boolq",
+            "prompt": ["Rome is in Italy.\nQuestion: Is Rome in Spain?\nAnswer:"],
+            "answer": ["no"],
+            "wrong": ["yes, it is in Spain"],
+        }
+    )
+    sets = GeneralSets(
+        sets.texts, sets.prompts, pd.concat([sets.probes, choices], ignore_index=True)
+    )
+    expected = (
+        plain_perplexity(lm, sets.texts),
+        plain_next_token(lm, sets.prompts, ""),
+        plain_accuracy(lm, sets.probes),
+    )
+    masked = []  # whether each pass is padded (an attention mask) or packed
+    watch = lm.model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: masked.append(kwargs.get("attention_mask") is not None),
+        with_kwargs=True,
+    )
+    try:
+        for batching in (Batching(64, 256), Batching(2)):
+            packed = measure_capability(lm, sets, batching=batching)
+            assert packed.perplexity == pytest.approx(expected[0], rel=1e-5)
+            assert torch.allclose(packed.next_token, expected[1], atol=1e-4)
+            assert packed.accuracy == expected[2]
+        assert masked and not any(masked)
+        masked.clear()
+        handle = lm.model.model.layers[1].mlp.register_forward_hook(lambda *_: None)
+        try:
+            padded = measure_capability(lm, sets, batching=Batching(64, 256))
+        finally:
+            handle.remove()
+    finally:
+        watch.remove()
+    assert masked and all(masked)
+    assert padded.perplexity == pytest.approx(expected[0], rel=1e-5)
+    assert padded.accuracy == expected[2]
 
 
 @pytest.mark.model

@@ -35,9 +35,14 @@ from kebench.models.loading import LoadedModel
 from kebench.scoring.base_store import KEY, reuse_scores, weights_digest
 from kebench.scoring.evaluate import EditedShard
 from kebench.scoring.logprobs import (
+    AnswerScore,
     Batching,
     PrefixCache,
+    answer_score,
+    encode_pair,
+    forward_packed,
     forward_padded,
+    packing_fits,
     padding_id,
     score_answers,
 )
@@ -205,13 +210,16 @@ def text_perplexity(
             lm.model, sequences, padding_id(lm.tokenizer), "right", prefix=cached
         )
         for row, sequence in enumerate(sequences):
-            targets = torch.tensor(sequence[first:], device=logits.device)
-            logprobs = torch.log_softmax(
-                logits[row, first - 1 : len(sequence) - 1].double(), dim=-1
-            )
-            total -= float(logprobs.gather(1, targets[:, None]).sum())
-            count += len(targets)
+            total += _nll(logits[row, first - 1 : len(sequence) - 1], sequence[first:])
+            count += len(sequence) - first
     return float(np.exp(total / count))
+
+
+def _nll(step_logits: torch.Tensor, targets: Sequence[int]) -> float:
+    """The summed NLL of ``targets``, each read from its row of ``step_logits``."""
+    logprobs = torch.log_softmax(step_logits.double(), dim=-1)
+    index = torch.tensor(list(targets), device=logprobs.device)
+    return -float(logprobs.gather(1, index[:, None]).sum())
 
 
 @torch.no_grad()
@@ -258,23 +266,43 @@ def probe_accuracy(
     """Accuracy per set: a two-way choice is right when its answer is the likelier; any
     other probe when its answer's first token is the argmax after the prompt (so only
     that token is scored)."""
-    choice = probes["wrong"].notna().to_numpy()
-    prompts = list(probes["prompt"])
+    prompts, answers, scored_tokens = _probe_pairs(probes)
     scored = score_answers(
         lm.model,
         lm.tokenizer,
-        prompts + [p for p, c in zip(prompts, choice, strict=True) if c],
-        [*probes["answer"], *probes.loc[choice, "wrong"]],
+        prompts,
+        answers,
         batching=batching,
         prefix=prefix,
-        scored_tokens=[None if c else 1 for c in choice] + [None] * int(choice.sum()),
+        scored_tokens=scored_tokens,
     )
-    wrong = iter(scored[len(prompts) :])
+    return _accuracy(probes, scored)
+
+
+def _probe_pairs(
+    probes: pd.DataFrame,
+) -> tuple[list[str], list[str], list[int | None]]:
+    """The (prompt, answer) pairs probe accuracy scores, and how many of each
+    answer's tokens: every probe's answer (a cloze or NQ answer's first token alone),
+    then each two-way choice's wrong option."""
+    choice = probes["wrong"].notna().to_numpy()
+    prompts = list(probes["prompt"])
+    return (
+        prompts + [p for p, c in zip(prompts, choice, strict=True) if c],
+        [*probes["answer"], *probes.loc[choice, "wrong"]],
+        [None if c else 1 for c in choice] + [None] * int(choice.sum()),
+    )
+
+
+def _accuracy(probes: pd.DataFrame, scored: Sequence[AnswerScore]) -> dict[str, float]:
+    """Accuracy per set from the scores of ``_probe_pairs``."""
+    choice = probes["wrong"].notna().to_numpy()
+    wrong = iter(scored[len(probes) :])
     correct = [
         score.logprob > next(wrong).logprob
         if is_choice
         else score.argmax_ids[0] == score.answer_ids[0]
-        for score, is_choice in zip(scored[: len(prompts)], choice, strict=True)
+        for score, is_choice in zip(scored[: len(probes)], choice, strict=True)
     ]
     return (
         pd.Series(correct, index=probes.index, dtype=float)
@@ -290,11 +318,85 @@ def measure_capability(
     prefix: str = "",
     batching: Batching = Batching(),
 ) -> Capability:
-    """Perplexity, next-token distributions and general accuracy of the model as it is."""
+    """Perplexity, next-token distributions and general accuracy of the model as it is.
+
+    Without a prefix, where packing fits the model (``packing_fits``), every text,
+    prompt and probe runs in one packed stream (``packed_capability``); else each
+    measure runs its padded batches, after the prefix's cache.
+    """
+    if not prefix and packing_fits(lm.model):
+        return packed_capability(lm, sets, batching)
+    return padded_capability(lm, sets, prefix, batching)
+
+
+def padded_capability(
+    lm: LoadedModel,
+    sets: GeneralSets,
+    prefix: str = "",
+    batching: Batching = Batching(),
+) -> Capability:
+    """``measure_capability`` with each measure in its own padded batches."""
     return Capability(
         perplexity=text_perplexity(lm, sets.texts, prefix, batching),
         next_token=next_token_logprobs(lm, sets.prompts, prefix, batching),
         accuracy=probe_accuracy(lm, sets.probes, prefix, batching),
+    )
+
+
+def packed_capability(
+    lm: LoadedModel, sets: GeneralSets, batching: Batching = Batching()
+) -> Capability:
+    """``measure_capability`` without a prefix, its texts, prompts and probes packed
+    together (``forward_packed``): the same sequences and scored positions as each
+    measure's padded batches, with almost no padding, in fewer passes. The model
+    must pass ``packing_fits``."""
+    texts, _, context = _sequences(lm, sets.texts, "")
+    prompts, _, _ = _sequences(lm, sets.prompts, "")
+    probe_prompts, answers, scored_tokens = _probe_pairs(sets.probes)
+    pairs = []  # (prompt ids, scored answer ids)
+    for prompt, answer, n in zip(probe_prompts, answers, scored_tokens, strict=True):
+        prompt_ids, answer_ids = encode_pair(lm.tokenizer, prompt, answer)
+        pairs.append((prompt_ids, answer_ids[:n]))
+    first = context + 1  # the first text token is not scored
+    # (sequence, positions whose next-token logits are read) -> its index
+    readouts: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+
+    def readout(sequence: Sequence[int], positions: Iterable[int]) -> int:
+        key = (tuple(sequence), tuple(positions))
+        return readouts.setdefault(key, len(readouts))
+
+    text_at = [readout(s, range(first - 1, len(s) - 1)) for s in texts]
+    prompt_at = [readout(s, [len(s) - 1]) for s in prompts]
+    pair_at = [
+        readout(p + a[:-1], range(len(p) - 1, len(p) + len(a) - 1)) for p, a in pairs
+    ]
+    keys = list(readouts)
+    texts_read, others_read = set(text_at), {*prompt_at, *pair_at}
+    text_nll, kept = {}, {}
+    for index, logits in forward_packed(
+        lm.model,
+        [sequence for sequence, _ in keys],
+        [positions for _, positions in keys],
+        padding_id(lm.tokenizer),
+        batching,
+    ):
+        if index in texts_read:
+            text_nll[index] = _nll(logits, keys[index][0][first:])
+        if index in others_read:  # a row or an answer's few
+            kept[index] = logits
+    count = sum(len(s) - first for s in texts)
+    return Capability(
+        perplexity=float(np.exp(sum(text_nll[i] for i in text_at) / count)),
+        next_token=torch.stack(
+            [torch.log_softmax(kept[i][0].double(), dim=-1).cpu() for i in prompt_at]
+        ),
+        accuracy=_accuracy(
+            sets.probes,
+            [
+                answer_score(torch.log_softmax(kept[i].float(), dim=-1), a)
+                for i, (_, a) in zip(pair_at, pairs, strict=True)
+            ],
+        ),
     )
 
 

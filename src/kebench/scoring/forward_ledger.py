@@ -13,6 +13,11 @@ The ledger keeps each cache's token ids beside it, and follows the cache through
 and through ``copy.deepcopy``. A cache the ledger did not see made, or whose length
 disagrees with what it recorded, is counted in ``unknown_context_tokens`` and never
 as a repeat.
+
+Rows may pack several sequences (``forward_packed``): with no attention mask and no
+cache, a position that does not follow the one before starts a sequence, as
+transformers reads them. Each is then its own sequence, and one made only of the
+padding token (``padding_id``) is a row's free end, not counted.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ _RECORD = "_kebench_ledger_record"
 class ForwardLedger:
     """Forwarded and repeated tokens of the models it watched (see the module)."""
 
+    # the token that fills a packed row's free end (None: every packed sequence counts)
+    padding_id: int | None = None
     tokens: int = 0
     repeated_tokens: int = 0
     unknown_context_tokens: int = 0
@@ -102,6 +109,20 @@ class ForwardLedger:
                 self.repeated_by_node[node] += count
             self._seen.add(key)
 
+    def _record_packed(
+        self, model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor
+    ) -> None:
+        sequences = packed_sequences(ids, positions, self.padding_id)
+        if not sequences:
+            return
+        width = max(len(s) for s in sequences)
+        rows = torch.zeros((len(sequences), width), dtype=torch.long)
+        kept = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, sequence in enumerate(sequences):
+            rows[row, : len(sequence)] = torch.tensor(sequence)
+            kept[row, : len(sequence)] = 1
+        self.record(self.state_digest(model), rows, kept, width)
+
     @contextmanager
     def watching(self, model: torch.nn.Module) -> Iterator[ForwardLedger]:
         """Record every forward call of ``model`` (its top-level module) meanwhile."""
@@ -119,6 +140,12 @@ class ForwardLedger:
                 torch.ones_like(ids) if mask is None else mask[:, -new:].to(ids.dtype)
             )
             context = _context_of(cache, ids.shape[0])
+            positions = kwargs.get("position_ids")
+            starts_afresh = context is not None and context[0].shape[1] == 0
+            if mask is None and starts_afresh and _restarts(positions):
+                self._record_packed(model, ids, positions)
+                pending.append(None)
+                return
             if context is None:
                 self.unknown_context_tokens += int(new_mask.sum())
                 self.tokens += int(new_mask.sum())
@@ -145,6 +172,36 @@ class ForwardLedger:
             ):
                 stack.callback(handle.remove)
             yield self
+
+
+def _restarts(positions: torch.Tensor | None) -> bool:
+    """Whether a position does not follow the one before it in some row: packed."""
+    if positions is None:
+        return False
+    return bool((positions[..., 1:] != positions[..., :-1] + 1).any())
+
+
+def packed_sequences(
+    ids: torch.Tensor, positions: torch.Tensor, padding_id: int | None = None
+) -> list[list[int]]:
+    """The token ids of each sequence in a call's rows (no attention mask, no cache):
+    one starts wherever a position does not follow the one before, as transformers
+    reads packed rows. A sequence made only of ``padding_id`` is left out."""
+    positions = positions.expand(ids.shape[0], -1).cpu()
+    sequences = []
+    for row_ids, row_positions in zip(
+        ids.cpu().tolist(), positions.tolist(), strict=True
+    ):
+        starts = [
+            column
+            for column, position in enumerate(row_positions)
+            if column == 0 or position != row_positions[column - 1] + 1
+        ]
+        for start, end in zip(starts, [*starts[1:], len(row_ids)], strict=True):
+            sequence = row_ids[start:end]
+            if padding_id is None or any(t != padding_id for t in sequence):
+                sequences.append(sequence)
+    return sequences
 
 
 def caller() -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -342,6 +342,121 @@ class Batching:
         )
 
 
+def packed_rows(lengths: Sequence[int], width: int) -> list[list[int]]:
+    """Indices of ``lengths`` packed into rows of ``width`` tokens, first fit with the
+    longest first (each row's indices in the order packed); a sequence longer than
+    ``width`` is refused."""
+    rows: list[tuple[list[int], list[int]]] = []  # (free tokens, indices)
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if lengths[i] > width:
+            raise ValueError(
+                f"sequence {i} of {lengths[i]} tokens exceeds rows of {width}"
+            )
+        row = next((r for r in rows if r[0][0] >= lengths[i]), None)
+        if row is None:
+            row = ([width], [])
+            rows.append(row)
+        row[0][0] -= lengths[i]
+        row[1].append(i)
+    return [indices for _, indices in rows]
+
+
+# model -> whether it honours packed position ids (``packing_fits``)
+_PACKING: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+@torch.no_grad()
+def _packing_honoured(model: PreTrainedModel) -> bool:
+    """Whether a sequence packed after another scores as it does alone: transformers
+    reads position ids that restart within a row (with no attention mask and no
+    cache) as packed sequences, each attending only to itself; a model whose masks
+    ignore them would let sequences see each other."""
+    device = next(model.parameters()).device
+    first, second = [5, 6, 7], [8, 9]
+    try:
+        packed = model(
+            input_ids=torch.tensor([first + second], device=device),
+            position_ids=torch.tensor([[0, 1, 2, 0, 1]], device=device),
+            use_cache=False,
+        ).logits[0, len(first) :]
+        alone = model(
+            input_ids=torch.tensor([second], device=device), use_cache=False
+        ).logits[0]
+    except (TypeError, ValueError, RuntimeError, IndexError):
+        return False
+    return bool(torch.allclose(packed.float(), alone.float(), rtol=1e-3, atol=1e-3))
+
+
+def packing_fits(model: PreTrainedModel) -> bool:
+    """Whether ``forward_packed`` scores each sequence as it would alone: the model
+    honours packed position ids (checked once per model), and no hook on a module
+    inside it changes its forward. Hooks there (GRACE's codebooks, WISE's side
+    memories) read each row's last token as its prompt's, which packing breaks; a
+    hook on the model itself sees only its inputs."""
+    hooked = any(
+        module._forward_hooks or module._forward_pre_hooks
+        for module in model.modules()
+        if module is not model
+    )
+    if hooked:
+        return False
+    if model not in _PACKING:
+        _PACKING[model] = _packing_honoured(model)
+    return _PACKING[model]
+
+
+@torch.no_grad()
+def forward_packed(
+    model: PreTrainedModel,
+    sequences: Sequence[Sequence[int]],
+    positions: Sequence[Sequence[int]],
+    pad_id: int,
+    batching: Batching,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """The logits at ``positions[i]`` of each ``sequences[i]``, several sequences
+    packed in a row, in the order computed.
+
+    A row is as wide as the longest sequence (``packed_rows``); a pass holds at most
+    ``batching.rows`` rows and, where set, ``batching.tokens`` positions. Each
+    sequence's position ids start at 0, so transformers masks its attention to itself
+    (check ``packing_fits`` first). A row's free end is padding, its own sequence.
+    Unlike padded batches, nearly every position forwarded is a token. Rows keep
+    logits at every position any of a pass's rows asks for.
+    """
+    lengths = [len(s) for s in sequences]
+    width = max(lengths)
+    rows = packed_rows(lengths, width)
+    per_pass = batching.rows
+    if batching.tokens is not None:
+        per_pass = max(1, min(per_pass, batching.tokens // width))
+    device = next(model.parameters()).device
+    for start in range(0, len(rows), per_pass):
+        chunk = rows[start : start + per_pass]
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        position_ids = torch.zeros((len(chunk), width), dtype=torch.long)
+        placed = []  # (sequence, row, its first column)
+        for row, members in enumerate(chunk):
+            column = 0
+            for i in members:
+                ids[row, column : column + lengths[i]] = torch.tensor(sequences[i])
+                position_ids[row, column : column + lengths[i]] = torch.arange(
+                    lengths[i]
+                )
+                placed.append((i, row, column))
+                column += lengths[i]
+            position_ids[row, column:] = torch.arange(width - column)
+        keep = sorted({c + p for i, _, c in placed for p in positions[i]})
+        logits = model(
+            input_ids=ids.to(device),
+            position_ids=position_ids.to(device),
+            use_cache=False,
+            logits_to_keep=torch.tensor(keep, device=device),
+        ).logits
+        column_of = {p: k for k, p in enumerate(keep)}
+        for i, row, column in placed:
+            yield i, logits[row, [column_of[column + p] for p in positions[i]]]
+
+
 def context_length(model: PreTrainedModel) -> int | None:
     """The longest sequence the model's positions allow, when its config says."""
     config = model.config
@@ -654,18 +769,18 @@ def _continue(  # noqa: PLR0913, PLR0914, PLR0917 - one answer pass after a prom
             rest_logprobs[row, rest_column[offset + j]]
             for j in range(len(answer_ids) - 1)
         ]
-        step_logprobs = torch.stack(steps)
-        target = torch.tensor(answer_ids, device=step_logprobs.device)
-        token_lp = step_logprobs.gather(1, target[:, None]).squeeze(1)
-        results.append(
-            (
-                index,
-                AnswerScore(
-                    logprob=float(token_lp.double().sum()),
-                    token_logprobs=tuple(token_lp.tolist()),
-                    argmax_ids=tuple(step_logprobs.argmax(dim=-1).tolist()),
-                    answer_ids=tuple(answer_ids),
-                ),
-            )
-        )
+        results.append((index, answer_score(torch.stack(steps), answer_ids)))
     return results
+
+
+def answer_score(step_logprobs: torch.Tensor, answer_ids: Sequence[int]) -> AnswerScore:
+    """An answer's score from the log-probs at each of its positions (one row per
+    answer token: the distribution its token is drawn from)."""
+    target = torch.tensor(list(answer_ids), device=step_logprobs.device)
+    token_lp = step_logprobs.gather(1, target[:, None]).squeeze(1)
+    return AnswerScore(
+        logprob=float(token_lp.double().sum()),
+        token_logprobs=tuple(token_lp.tolist()),
+        argmax_ids=tuple(step_logprobs.argmax(dim=-1).tolist()),
+        answer_ids=tuple(answer_ids),
+    )
