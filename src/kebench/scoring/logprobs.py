@@ -429,11 +429,11 @@ def forward_packed(
     logits at every position any of a pass's rows asks for.
     """
     lengths = [len(s) for s in sequences]
-    width = max(lengths)
+    width = max(lengths, default=0)
     rows = packed_rows(lengths, width)
     per_pass = batching.rows
     if batching.tokens is not None:
-        per_pass = max(1, min(per_pass, batching.tokens // width))
+        per_pass = max(1, min(per_pass, batching.tokens // max(width, 1)))
     device = next(model.parameters()).device
     for start in range(0, len(rows), per_pass):
         chunk = rows[start : start + per_pass]
