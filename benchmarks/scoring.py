@@ -31,8 +31,8 @@ model FLOP/s: 2 x parameters x the tokens the model forwarded (counted by a forw
 pre-hook on the model: the non-padding positions of each call's input ids, so a KV
 cache's past counts once; in a packed pass, its sequences, less each row's free end)
 / seconds. ``drift_tokens_per_edit`` counts the same tokens from the sets themselves,
-with the tokenizer: the two agree when nothing is forwarded twice. Each pair's quotient is in
-``drift_peak_ratios``; ``drift_peak_ratio`` is their median, and
+with the tokenizer: the two agree when nothing is forwarded twice. Each pair's
+quotient is in ``drift_peak_ratios``; ``drift_peak_ratio`` is their median, and
 ``matmul_peak_flops_per_s`` and ``drift_model_flops_per_s`` are that pair's. The
 machine's speed moves from minute to minute, so the two rates of a quotient are
 measured side by side. Target >= 0.7.
