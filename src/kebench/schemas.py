@@ -266,6 +266,7 @@ PROBE_TYPES = (
 # and facts of the edited subject under a relation nothing links to the edit
 # (relation_specificity, RippleEdits' Relation Specificity).
 UNCHANGED_TYPES = ("locality", "relation_specificity")
+PROBE_FORMS = ("cloze", "question")
 # An entailed probe's tier: kebench's two (TIERS), or a dataset's own test
 # (RippleEdits' categories), which kebench did not derive.
 PROBE_TIERS = (*TIERS, "dataset")
@@ -292,6 +293,9 @@ PROBES = pa.DataFrameSchema(
         "question": pa.Column(
             str, nullable=True
         ),  # the natural question, when there is one
+        # how the prompt asks: a cloze to continue, or a question (its prompt is the
+        # question in the QA format; a chat model is asked it through its template)
+        "form": pa.Column(str, pa.Check.isin(PROBE_FORMS)),
         "answer_old": pa.Column(str, nullable=True),  # unknown for injected claims
         "answer_new": pa.Column(str, pa.Check.str_length(min_value=1)),
         # entailed probes only: the mined rule, the derivation ("<kind>:<path>") or
@@ -332,6 +336,7 @@ PROBES = pa.DataFrameSchema(
 
 # Known premises (issue 13): the facts a probe rests on, asked of the base model.
 PREMISE_KINDS = ("edit_fact", "premise", "condition")
+PREMISE_DIRECTIONS = ("forward", "backward")
 
 # A dataset's own probes, as its reader finds them (kebench.kg.edit_cases): ``text``
 # is scored as it is (``as_is``: CounterFact's and zsRE's prompts) or put in the QA
@@ -395,8 +400,13 @@ PREMISE_PROBES = pa.DataFrameSchema(
         "subject": pa.Column(str),
         "relation": pa.Column(str),
         "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),
+        # forward: the fact asked from its subject; backward: from its object, as its
+        # probe walks it ("Emmanuel Macron is the head of state of" -> France)
+        "direction": pa.Column(str, pa.Check.isin(PREMISE_DIRECTIONS)),
         "answer": pa.Column(str, pa.Check.str_length(min_value=1)),  # the KG's
         "aliases": pa.Column(str),  # JSON: the answer's other names
+        # JSON: a backward question's other KG answers, with their names (any counts)
+        "other_answers": pa.Column(str),
     },
     strict=True,
     coerce=True,
@@ -409,10 +419,12 @@ PREMISE_KNOWLEDGE = pa.DataFrameSchema(
         "probe_id": pa.Column(str),
         "case_id": pa.Column(str),
         "kind": pa.Column(str, pa.Check.isin(PREMISE_KINDS)),
+        "direction": pa.Column(str, pa.Check.isin(PREMISE_DIRECTIONS)),
         "prompt": pa.Column(str),
         "answer": pa.Column(str),
-        # the base model's greedy answer to the prompt, and whether it is the answer
-        # or one of its other names (SQuAD-normalised exact match)
+        # the base model's greedy reply to the prompt, and whether it gives the answer,
+        # one of its other names or another of a backward question's answers
+        # (kebench.scoring.answers.wild_match)
         "generation": pa.Column(str),
         "known": pa.Column(bool),
     },
@@ -461,7 +473,9 @@ EDIT_DELTAS = pa.DataFrameSchema(
 )
 
 # why a free generation ended (kebench.scoring.generation)
-GENERATION_STOPS = ("eos", "stop_string", "cap")
+GENERATION_STOPS = ("eos", "stop_string", "sentence_end", "cap")
+# how a probe was put to the model, for teacher forcing and generation alike
+ASK_CONTEXTS = ("continuation", "chat_template", "qa_prompt")
 
 PROBE_SCORES = pa.DataFrameSchema(
     {
@@ -472,6 +486,7 @@ PROBE_SCORES = pa.DataFrameSchema(
         "probe_type": pa.Column(str, pa.Check.isin(PROBE_TYPES)),
         "risk": pa.Column(str, pa.Check.isin(RISKS)),
         "source": pa.Column(str),
+        "context": pa.Column(str, pa.Check.isin(ASK_CONTEXTS)),
         # log P(answer | prompt), summed over the answer's tokens, base and edited.
         "lp_base_old": pa.Column(float, nullable=True),
         "lp_base_new": pa.Column(float),
@@ -493,10 +508,14 @@ PROBE_SCORES = pa.DataFrameSchema(
         "mello_answer": pa.Column(str, nullable=True),
         "mello_em": pa.Column(float, nullable=True),
         # free generation (kebench.scoring.generation), for the configured probe types:
-        # the base and edited model's answers, why the edited one ended (eos,
-        # stop_string, cap: it never stopped) and its tokens; wild (exact match
-        # against the answer or an alias; locality: the base model's answer kept) and
-        # bke_f1 (token F1 against the answer; locality: against the base answer)
+        # the base and edited model's replies, why the edited one ended (eos,
+        # stop_string, sentence_end, cap: it never stopped) and its tokens; wild_em
+        # (protocol wild: the reply gives the answer or an alias, as a grader reads
+        # it; a control: the base model's answer kept), wild_strict (exact match of
+        # the reply's cut), bke_f1 (token F1 of the cut against the answer; a
+        # control: against the base cut), wild_kg (a control whose KG answer the
+        # base model gives: the edited model still gives it). A control is NaN where
+        # the base model gave no answer.
         "base_wild_text": pa.Column(str, nullable=True),
         "edit_wild_text": pa.Column(str, nullable=True),
         "edit_wild_stop": pa.Column(
@@ -504,7 +523,9 @@ PROBE_SCORES = pa.DataFrameSchema(
         ),
         "edit_wild_tokens": pa.Column(float, nullable=True),
         "wild_em": pa.Column(float, nullable=True),
+        "wild_strict": pa.Column(float, nullable=True),
         "bke_f1": pa.Column(float, nullable=True),
+        "wild_kg": pa.Column(float, nullable=True),
     },
     unique=["model", "method", "probe_id"],
     strict=True,
@@ -550,12 +571,15 @@ GENERATIONS = pa.DataFrameSchema(
         "probe_type": pa.Column(str, pa.Check.isin(PROBE_TYPES)),
         "prompt": pa.Column(str),
         "question": pa.Column(str, nullable=True),
+        "context": pa.Column(str, pa.Check.isin(ASK_CONTEXTS)),
         "expected": pa.Column(str, nullable=True),
         "generation": pa.Column(str),
         "stop": pa.Column(str, pa.Check.isin(GENERATION_STOPS)),
         "n_tokens": pa.Column(int, pa.Check.ge(0)),
-        "wild_em": pa.Column(float),
-        "bke_f1": pa.Column(float),
+        # NaN on a control whose base model gave no answer
+        "wild_em": pa.Column(float, nullable=True),
+        "wild_strict": pa.Column(float, nullable=True),
+        "bke_f1": pa.Column(float, nullable=True),
     },
     unique=["model", "method", "probe_id"],
     strict=True,
@@ -606,6 +630,8 @@ METRICS = pa.DataFrameSchema(
                     "argmax",
                     "gen",
                     "wild",
+                    # strict exact match of the same generation (the paper's cut)
+                    "wild_strict",
                     "bke_f1",
                     "judge",
                     "token_vs_wild",

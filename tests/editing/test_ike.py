@@ -214,6 +214,8 @@ def test_a_joint_prefix_past_the_context_is_refused_naming_cases_and_tokens(lm):
             "probe_id": ["s0/direct/0"],
             "probe_type": ["direct"],
             "prompt": [cases[0].text],
+            "question": [None],
+            "form": ["cloze"],
             "answer_old": ["Wales"],
             "answer_new": ["Peru"],
         }

@@ -57,6 +57,14 @@ def tables():
                 "answer_old": "Nowhere",
                 "answer_new": "America",
             },
+            {
+                "probe_id": "c1/entailed/2",
+                "case_id": "c1",
+                "probe_type": "entailed",
+                "prompt": "The spouse of the citizen of Germany is",
+                "answer_old": "Nobody",
+                "answer_new": "Somebody",
+            },
         ]
     )
     questions = pd.DataFrame(
@@ -73,6 +81,12 @@ def tables():
                 "cloze": "Canada is located in",
                 "answer_new": "America",
             },
+            {
+                "fact_id": "c1/2",
+                "case_id": "c1",
+                "cloze": "The spouse of the citizen of Germany is",
+                "answer_new": "Somebody",
+            },
         ]
     )
     facts = pd.DataFrame(
@@ -80,8 +94,21 @@ def tables():
             {
                 "fact_id": "c1/0",
                 "premises": json.dumps([["Barack Obama", "spouse", "Michelle Obama"]]),
+                # walked forward: from Barack Obama to his spouse
+                "chain": json.dumps(
+                    [["spouse", "out", "Michelle Obama"], ["citizenship", "out", "X"]]
+                ),
             },
-            {"fact_id": "c1/1", "premises": "[]"},  # rests on the edit alone
+            # rests on the edit alone
+            {"fact_id": "c1/1", "premises": "[]", "chain": "[]"},
+            {
+                "fact_id": "c1/2",
+                "premises": json.dumps([["Angela Merkel", "citizenship", "Germany"]]),
+                # walked backward: from Germany to a citizen of it
+                "chain": json.dumps(
+                    [["citizenship", "in", "Angela Merkel"], ["spouse", "out", "Y"]]
+                ),
+            },
         ]
     )
     return probes, questions, facts, edits
@@ -100,6 +127,7 @@ def build():
         verbaliser=Verbaliser(TEMPLATES),
         relations=RELATIONS,
         aliases=ALIASES,
+        kg_triples=WORLD,
     )
 
 
@@ -114,9 +142,22 @@ def test_each_probe_rests_on_its_facts():
         "Barack Obama is married to",
         "Michelle Obama",
     )
+    assert premise["direction"] == "forward"
+    assert json.loads(premise["other_answers"]) == []
     # an entailed probe that rests on the edit alone has no premise row
     assert "c1/entailed/1" not in table.index
     assert set(table["case_id"]) == {"c1"}
+
+
+def test_a_premise_walked_backward_is_asked_backward_and_any_kg_answer_counts():
+    """Germany -> a citizen of it: asked from Germany ("Germany is the country of
+    citizenship of", the converse's fallback wording), answered by the walked
+    subject, with every other KG subject of that object as another answer."""
+    premise = build().set_index("probe_id").loc["c1/entailed/2"]
+    assert premise["direction"] == "backward"
+    assert premise["prompt"] == "Germany is the country of citizenship of"
+    assert (premise["subject"], premise["answer"]) == ("Germany", "Angela Merkel")
+    assert json.loads(premise["other_answers"]) == ["Olaf Scholz"]
 
 
 def test_a_premise_carries_its_answers_other_names():

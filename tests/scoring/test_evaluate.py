@@ -17,6 +17,8 @@ def probes(answer_old: str | None, answer_new: str) -> pd.DataFrame:
             "probe_id": ["p-ok", "p-bad"],
             "probe_type": ["direct", "direct"],
             "prompt": ["The capital of France is", "Barack Obama is a citizen of"],
+            "question": [None, None],
+            "form": ["cloze", "cloze"],
             "answer_old": ["Paris", answer_old],
             "answer_new": ["Lyon", answer_new],
         }
@@ -50,7 +52,7 @@ def test_a_free_generation_is_scored_only_for_the_configured_types(lm):
     """The wild columns hold the answer ``generate_answers`` gives the same prompt
     after the in-context prefix; other probe types get none."""
     asked = probes("Paris", "Lyon").assign(
-        probe_type=["direct", "locality"], question=[None, None]
+        probe_type=["direct", "locality"], question=[None, None], form="cloze"
     )
     wild = GenerationSettings(max_new_tokens=6)
     settings = ScoringSettings(wild=wild, wild_types=("direct",))
@@ -106,6 +108,7 @@ def test_a_generated_prompt_is_run_once_for_its_answers_and_its_generations(lm, 
             "answer_old": ["Paris", "Paris", "Lima"],
             "answer_new": ["Lyon", "Lyon", "Lima"],
             "question": [None, None, None],
+            "form": ["cloze", "cloze", "cloze"],
         }
     )
     settings = ScoringSettings(

@@ -1,22 +1,36 @@
-"""Free generation (protocols wild and bke_f1): batched answers, stops, the cap, scores."""
+"""Free generation (protocols wild, wild_strict and bke_f1): how a probe is asked,
+batched answers, stops after the answer starts, the cap, and scores."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+from kebench.models.loading import LoadedModel
+from kebench.project import PROJECT_ROOT
 from kebench.scoring.generation import (
     GenerationSettings,
+    _StopAfter,
+    answer_end,
+    asked_prompts,
     bke_f1,
+    chat_prompt,
     first_tokens_text,
     generate_answers,
     generation_table,
-    model_input,
-    wild_match,
+    sentence_end,
+    strict_text,
     wild_scores,
+)
+from tests.models.tiny import sentencepiece_tokenizer
+
+RISK_PARAMS = OmegaConf.to_container(
+    OmegaConf.load(PROJECT_ROOT / "conf/base/parameters/risk_unification.yml")
 )
 
 QUESTIONS = [
@@ -58,14 +72,19 @@ def prefilled_rows(lm, call):
         hook.remove()
 
 
+def chat(lm, question: str) -> str:
+    return chat_prompt(lm.tokenizer, question)
+
+
 @pytest.mark.model
 def test_batched_answers_are_the_greedy_answers_of_each_prompt(lm):
     settings = GenerationSettings(
-        context="instruction", stop_strings=(), max_new_tokens=12, batch_size=3
+        stop_strings=(), sentence_end=False, max_new_tokens=12, batch_size=3
     )
-    answers = generate_answers(lm, QUESTIONS, settings)
-    for question, answer in zip(QUESTIONS, answers, strict=True):
-        tokens = greedy_by_hand(lm, model_input(lm, question, settings), 12)
+    texts = [chat(lm, QUESTIONS[0]), QUESTIONS[1], chat(lm, QUESTIONS[2])]
+    answers = generate_answers(lm, texts, settings)
+    for text, answer in zip(texts, answers, strict=True):
+        tokens = greedy_by_hand(lm, text, 12)
         ended = lm.tokenizer.eos_token_id in tokens
         kept = tokens[:-1] if ended else tokens
         assert answer.raw == lm.tokenizer.decode(kept, skip_special_tokens=True)
@@ -76,7 +95,7 @@ def test_batched_answers_are_the_greedy_answers_of_each_prompt(lm):
 @pytest.mark.model
 def test_an_input_asked_twice_is_generated_once_and_answered_alike(lm):
     settings = GenerationSettings(
-        context="prompt", stop_strings=(), max_new_tokens=4, batch_size=4
+        stop_strings=(), sentence_end=False, max_new_tokens=4, batch_size=4
     )
     texts = [QUESTIONS[1], QUESTIONS[0], QUESTIONS[1]]
     answers, prefilled = prefilled_rows(
@@ -98,19 +117,19 @@ IKE_PREFIX = (
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("context", ["prompt", "instruction"])
-def test_a_prefix_runs_once_and_answers_are_the_greedy_answers_after_it(lm, context):
+@pytest.mark.parametrize("in_chat", [False, True])
+def test_a_prefix_runs_once_and_answers_are_the_greedy_answers_after_it(lm, in_chat):
     settings = GenerationSettings(
-        context=context, stop_strings=(), max_new_tokens=8, batch_size=2
+        stop_strings=(), sentence_end=False, max_new_tokens=8, batch_size=2
     )
+    texts = [chat(lm, q) if in_chat else q for q in QUESTIONS]
     prefix_ids = lm.tokenizer(IKE_PREFIX)["input_ids"][:-1]
     answers, full_rows = prefilled_rows(
-        lm, lambda: generate_answers(lm, QUESTIONS, settings, IKE_PREFIX)
+        lm, lambda: generate_answers(lm, texts, settings, IKE_PREFIX)
     )
     assert [row[: len(prefix_ids)] for row in full_rows] == [prefix_ids]
-    for question, answer in zip(QUESTIONS, answers, strict=True):
-        text = IKE_PREFIX + model_input(lm, question, settings)
-        tokens = greedy_by_hand(lm, text, 8)
+    for text, answer in zip(texts, answers, strict=True):
+        tokens = greedy_by_hand(lm, IKE_PREFIX + text, 8)
         kept = (
             tokens[: tokens.index(lm.tokenizer.eos_token_id)]
             if (lm.tokenizer.eos_token_id in tokens)
@@ -119,17 +138,52 @@ def test_a_prefix_runs_once_and_answers_are_the_greedy_answers_after_it(lm, cont
         assert answer.raw == lm.tokenizer.decode(kept, skip_special_tokens=True)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Paris. It is", "Paris."),
+        ("Washington, D.C. is the capital. It", "Washington, D.C. is the capital."),
+        ("St. Louis, Missouri. It", "St. Louis, Missouri."),
+        ("J. K. Rowling wrote it! Then", "J. K. Rowling wrote it!"),
+        ("about 3.5 million people. The", "about 3.5 million people."),
+        ("Paris.", "Paris."),
+        ("in 1961.", None),  # a number may go on ("1961.5")
+        ("the U.S.", None),  # an initial: "U.S. Virgin Islands" may follow
+        ("Who knows? Maybe", "Who knows?"),
+        ("Paris, France", None),
+    ],
+)
+def test_a_sentence_ends_at_its_mark_but_not_after_an_initial_or_abbreviation(
+    text, expected
+):
+    end = sentence_end(text)
+    assert (None if end is None else text[: end + 1]) == expected
+
+
+def test_stops_count_only_once_the_answer_has_started():
+    settings = GenerationSettings(stop_strings=("\n",))
+    assert answer_end("\n\n  ", settings) is None  # no answer yet: no stop
+    assert answer_end("\n\nParis", settings) is None
+    assert answer_end("\n\nParis\nLyon", settings) == (2, 7, "stop_string")
+    assert answer_end(" Paris. It", settings) == (1, 7, "sentence_end")
+    cut_anywhere = GenerationSettings(
+        stop_strings=("\n",), sentence_end=False, answer_first=False
+    )
+    assert answer_end("\nParis", cut_anywhere) == (0, 0, "stop_string")
+
+
 @pytest.mark.model
-def test_an_answer_is_cut_at_its_first_stop_string_and_the_cap_is_flagged(lm):
-    free = generate_answers(
-        lm, QUESTIONS[:1], GenerationSettings(context="chat", stop_strings=())
-    )[0]
-    word = free.raw.split()[1]  # a stop string the free answer contains
-    cut = generate_answers(
-        lm, QUESTIONS[:1], GenerationSettings(context="chat", stop_strings=(word,))
-    )[0]
-    assert cut.stop == "stop_string"
-    assert cut.text == free.raw[: free.raw.find(word)].strip()
+def test_a_decode_ends_once_its_answer_has_started_and_the_cap_is_flagged(lm):
+    """The real tokenizer's ids, fed to the stop criterion one step at a time: a
+    newline before the answer does not end it, the line after it does."""
+    text = "\n\nParis\nLyon and more"
+    ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    settings = GenerationSettings(stop_strings=("\n",), sentence_end=False)
+    stops = _StopAfter(lm.tokenizer, settings, 0, torch.tensor([0]))
+    ended = [bool(stops(torch.tensor([ids[:n]]), None)[0]) for n in range(1, len(ids))]
+    step = ended.index(True) + 1
+    assert lm.tokenizer.decode(ids[:step]).lstrip().startswith("Paris\n")
+    assert "Paris" in lm.tokenizer.decode(ids[: step - 1])
     capped = generate_answers(
         lm, QUESTIONS[:1], GenerationSettings(stop_strings=(), max_new_tokens=2)
     )[0]
@@ -138,10 +192,10 @@ def test_an_answer_is_cut_at_its_first_stop_string_and_the_cap_is_flagged(lm):
 
 @pytest.mark.model
 def test_a_decode_that_goes_on_past_its_stop_also_gives_the_shorter_answer(lm):
-    """One decode for two protocols: the answer cut at its stop string is the one a
-    decode that stops there gives, and its first 8 tokens are the greedy oracle's."""
+    """One decode for two protocols: the answer cut at its stop is the one a decode
+    that stops there gives, and its first 8 tokens are the greedy oracle's."""
     prompts = ["The capital of France is", *QUESTIONS]
-    settings = GenerationSettings(stop_strings=("\n", "."), max_new_tokens=12)
+    settings = GenerationSettings(stop_strings=("\n",), max_new_tokens=12)
     alone = generate_answers(lm, prompts, settings)
     together = generate_answers(lm, prompts, settings, at_least=[8, 0, 8, 8])
     for a, b in zip(alone, together, strict=True):
@@ -151,9 +205,9 @@ def test_a_decode_that_goes_on_past_its_stop_also_gives_the_shorter_answer(lm):
             b.stop,
             b.n_tokens,
         )
-    # the first prompt stops at its full stop before 8 tokens: the decode went on
-    assert together[0].stop == "stop_string" and together[0].n_tokens < 8
-    assert len(together[0].tokens) == 8
+    # the first prompt's sentence ends before 8 tokens: the decode went on
+    assert together[0].stop == "sentence_end" and together[0].n_tokens < 8
+    assert len(together[0].tokens) >= 8
     for index in (0, 2, 3):
         tokens = greedy_by_hand(lm, prompts[index], 8)
         kept = tokens[:-1] if lm.tokenizer.eos_token_id in tokens else tokens
@@ -161,22 +215,82 @@ def test_a_decode_that_goes_on_past_its_stop_also_gives_the_shorter_answer(lm):
         assert first_tokens_text(together[index], 8, lm.tokenizer) == expected
 
 
+def probe_frame(**columns) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "prompt": [
+                "The capital of Japan is",
+                "Question: Who wrote Hamlet?\nAnswer:",
+            ],
+            "question": ["What is the capital of Japan?", "Who wrote Hamlet?"],
+            "form": ["cloze", "question"],
+            **columns,
+        }
+    )
+
+
 @pytest.mark.model
-def test_chat_context_is_the_model_template_and_instruction_holds_the_question(lm):
-    chat = model_input(lm, "Who wrote Hamlet?", GenerationSettings(context="chat"))
-    assert "<|im_start|>user\nWho wrote Hamlet?<|im_end|>" in chat
-    assert chat.endswith("<|im_start|>assistant\n")
-    asked = GenerationSettings(context="instruction", instruction="Q: {question}\nA:")
-    assert model_input(lm, "Who?", asked) == "Q: Who?\nA:"
-    assert model_input(lm, "Q: Who?\nA:", GenerationSettings()) == "Q: Who?\nA:"
-    assert model_input(lm, "Who?", GenerationSettings(context="question")) == "Who?"
+def test_a_question_is_asked_through_the_chat_template_and_a_cloze_continued(lm):
+    texts, contexts = asked_prompts(lm, probe_frame())
+    assert texts[0] == "The capital of Japan is"
+    assert "<|im_start|>user\nWho wrote Hamlet?<|im_end|>" in texts[1]
+    assert texts[1].endswith("<|im_start|>assistant\n")
+    assert contexts == ["continuation", "chat_template"]
+    plain, contexts = asked_prompts(lm, probe_frame(), "prompt")
+    assert plain == list(probe_frame()["prompt"])
+    assert contexts == ["continuation", "qa_prompt"]
+    with pytest.raises(ValueError, match="question_context 'poem'"):
+        asked_prompts(lm, probe_frame(), "poem")
 
 
-def test_wild_matches_the_answer_or_an_alias_after_squad_normalisation():
-    assert wild_match("the Eiffel Tower!", "Eiffel tower") == 1.0
-    assert wild_match("NYC", "New York City") == 0.0
-    assert wild_match("NYC", "New York City", ["N.Y.C.", "NYC"]) == 1.0
-    assert wild_match("Paris, France", "Paris") == 0.0
+@pytest.mark.model
+def test_a_model_without_a_chat_template_is_asked_the_plain_prompt(lm):
+    tokenizer = copy.deepcopy(lm.tokenizer)
+    tokenizer.chat_template = None
+    plain = LoadedModel(lm.name, lm.model, tokenizer, lm.folder)
+    texts, contexts = asked_prompts(plain, probe_frame())
+    assert texts == list(probe_frame()["prompt"])
+    assert contexts == ["continuation", "qa_prompt"]
+
+
+@pytest.mark.model
+def test_without_its_chat_template_smollm2_answers_the_plain_qa_prompt(lm):
+    """The plain context must still produce answers: SmolLM2-135M-Instruct, its chat
+    template withheld, asked the configured QA prompt (two worked questions, then
+    the probe's), replies to every question; asked the question alone after
+    "Question:", it ends most at once."""
+    qa_format = RISK_PARAMS["risk_unification"]["qa_format"]
+    questions = [
+        "What is the capital of Japan?",
+        "In which country is Marseille located?",
+        "What is the official language of Brazil?",
+        "Who is the head of state of Sweden?",
+        "On which continent is Mexico located?",
+        "In which city was Angela Merkel born?",
+    ]
+    settings = GenerationSettings(max_new_tokens=12, batch_size=8)
+    asked = generate_answers(
+        lm, [qa_format.format(question=q) for q in questions], settings
+    )
+    assert all(a.text for a in asked), [a.raw for a in asked]
+    bare = generate_answers(
+        lm, [f"Question: {q}\nAnswer:" for q in questions], settings
+    )
+    assert sum(not a.text for a in bare) > len(questions) / 2
+
+
+def test_chat_prompt_drops_the_templates_bos_where_the_tokenizer_adds_its_own():
+    """A Llama-style tokenizer puts BOS before every text: the template's own BOS
+    would be doubled. (The tiny SentencePiece tokenizer of the test families.)"""
+    tokenizer = copy.deepcopy(sentencepiece_tokenizer())
+    tokenizer.chat_template = (
+        "{{ bos_token }}[INST] {{ messages[0]['content'] }} [/INST]"
+    )
+    text = chat_prompt(tokenizer, "Who wrote Hamlet?")
+    ids = tokenizer(text)["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id
+    assert ids[1] != tokenizer.bos_token_id
+    assert text.startswith("[INST] Who wrote Hamlet?")
 
 
 def test_bke_f1_is_token_f1_against_the_answer():
@@ -186,37 +300,74 @@ def test_bke_f1_is_token_f1_against_the_answer():
     assert bke_f1("William Shakespeare", "Shakespeare William") == 1.0
 
 
-def test_settings_refuse_an_unknown_context_or_an_instruction_without_question():
-    with pytest.raises(ValueError, match="generation context 'poem'"):
-        GenerationSettings(context="poem")
-    with pytest.raises(ValueError, match="has no {question}"):
-        GenerationSettings(context="instruction", instruction="Answer:")
+def test_settings_refuse_a_decode_without_tokens():
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         GenerationSettings(max_new_tokens=0)
 
 
-def test_wild_scores_use_aliases_and_compare_locality_with_the_base_answer():
+def test_strict_text_cuts_a_reply_at_its_first_cut_string():
+    assert strict_text("Washington, D.C. is the capital.", ("\n", ".")) == (
+        "Washington, D"
+    )
+    assert strict_text("Paris", ("\n", ".")) == "Paris"
+
+
+def test_wild_scores_read_replies_and_compare_controls_with_the_base_answer():
     probes = pd.DataFrame(
         {
-            "probe_type": ["direct", "multihop", "locality", "paraphrase"],
-            "answer_new": ["Dublin", "Tokyo", "Oakland", "Dublin"],
-            "aliases_new": [None, json.dumps(["Tokyo Metropolis"]), None, None],
+            "probe_type": ["direct", "multihop", "locality", "paraphrase", "locality"],
+            "prompt": [
+                "Joe Biden was born in",
+                "Question: Where was the spouse of Jill Biden born?\nAnswer:",
+                "Kamala Harris was born in",
+                "Question: Where was Joe Biden born?\nAnswer:",
+                "The capital of Japan is",
+            ],
+            "question": [
+                None,
+                "Where was the spouse of Jill Biden born?",
+                None,
+                "Q?",
+                None,
+            ],
+            "form": ["cloze", "question", "cloze", "question", "cloze"],
+            "answer_old": ["Scranton", "Scranton", "Oakland", "Scranton", "Tokyo"],
+            "answer_new": ["Dublin", "Tokyo", "Oakland", "Dublin", "Tokyo"],
+            "aliases_old": [None, None, None, None, None],
+            "aliases_new": [None, json.dumps(["Tokyo Metropolis"]), None, None, None],
         },
-        index=["p1", "p2", "p3", "p4"],
+        index=["p1", "p2", "p3", "p4", "p5"],
     )
-    base = pd.Series(["Scranton", "London", "Oakland, CA", None], index=probes.index)
+    base = pd.Series(
+        ["Scranton", "London", "Oakland, CA.", None, ""], index=probes.index
+    )
     edit = pd.Series(
-        ["dublin", "Tokyo Metropolis", "Oakland", None], index=probes.index
+        [
+            "Dublin, Ireland.",
+            "The spouse of Jill Biden was born in Tokyo Metropolis.",
+            "Oakland.",
+            None,
+            "Tokyo.",
+        ],
+        index=probes.index,
     )
     scores = wild_scores(probes, base, edit)
-    assert scores["wild_em"].tolist()[:3] == [1.0, 1.0, 0.0]
-    # F1 is against the answer alone: "tokyo metropolis" vs "tokyo" is 2/3
-    assert scores["bke_f1"].tolist()[:3] == pytest.approx([1.0, 2 / 3, 2 / 3])
-    # a probe without a generation has no score
+    # wild reads the reply; wild_strict matches its cut ("Dublin, Ireland") exactly,
+    # and a control's cut against the base cut ("Oakland" against "Oakland, CA")
+    assert scores["wild_em"].tolist()[:3] == [1.0, 1.0, 1.0]
+    assert scores["wild_strict"].tolist()[:3] == [0.0, 0.0, 0.0]
+    # F1 of the cut against the answer alone (1 of the 9 words of the second); a
+    # control's against the base cut
+    assert scores["bke_f1"].tolist()[:3] == pytest.approx([2 / 3, 0.2, 2 / 3])
+    # the base model gives the KG's answer to the control: the edit keeps it
+    assert scores.loc["p3", "wild_kg"] == 1.0
+    # a probe without a generation has no score; a control whose base said nothing
+    # keeps nothing, and is not judged
     assert scores.loc["p4"].isna().all()
+    assert scores.loc["p5"].isna().all()
 
 
-def test_generation_table_keeps_each_answer_with_what_was_expected():
+def test_generation_table_keeps_each_answer_with_its_context_and_expectation():
     probes = pd.DataFrame(
         {
             "probe_id": ["c/direct/0", "c/locality/0"],
@@ -232,16 +383,19 @@ def test_generation_table_keeps_each_answer_with_what_was_expected():
             "case_id": "c",
             "probe_id": ["c/direct/0", "c/locality/0"],
             "probe_type": ["direct", "locality"],
-            "base_wild_text": ["Scranton", "Oakland"],
+            "context": "continuation",
+            "base_wild_text": ["Scranton", ""],
             "edit_wild_text": ["Dublin", "Oakland"],
-            "edit_wild_stop": ["stop_string", "cap"],
+            "edit_wild_stop": ["sentence_end", "cap"],
             "edit_wild_tokens": [2.0, 50.0],
-            "wild_em": [1.0, 1.0],
-            "bke_f1": [1.0, 1.0],
+            "wild_em": [1.0, float("nan")],
+            "wild_strict": [1.0, float("nan")],
+            "bke_f1": [1.0, float("nan")],
         }
     )
     table = generation_table(scores, probes)
-    assert table["expected"].tolist() == ["Dublin", "Oakland"]
-    assert table["stop"].tolist() == ["stop_string", "cap"]
+    assert table["expected"].tolist() == ["Dublin", ""]
+    assert table["stop"].tolist() == ["sentence_end", "cap"]
     assert table["n_tokens"].tolist() == [2, 50]
+    assert table["context"].tolist() == ["continuation", "continuation"]
     assert table["prompt"].tolist()[0] == "Joe Biden was born in"

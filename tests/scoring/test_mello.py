@@ -253,6 +253,7 @@ def test_a_group_of_memory_deltas_is_scored_under_their_pooled_memory(lm):
             "probe_type": ["multihop"],
             "prompt": ["Question: " + QUESTIONS[1] + "\nAnswer:"],
             "question": [QUESTIONS[1]],
+            "form": ["question"],
             "answer_old": ["English"],
             "answer_new": ["French"],
             "aliases_new": [None],
@@ -323,6 +324,7 @@ def test_the_tamper_audit_asks_a_memory_edit_each_facts_question(lm):
             "probe_type": ["direct", "direct"],
             "prompt": ["The capital of France is", "Barack Obama is a citizen of"],
             "question": [QUESTIONS[0], "Of which country is Obama a citizen?"],
+            "form": ["cloze", "cloze"],
             "answer_old": ["Paris", "the United States"],
             "answer_new": ["Lyon", "Kenya"],
         }

@@ -339,7 +339,7 @@ def test_the_generated_gap_of_each_tier():
         score("c1", "entailed", -2.0, -4.0, tier="inductive", kind="rule"),
     ]
     outcomes = probe_outcomes(pd.DataFrame(rows)).assign(
-        wild_em=[1.0, 1.0, 0.0, 0.0], bke_f1=np.nan
+        wild_em=[1.0, 1.0, 0.0, 0.0], bke_f1=np.nan, wild_strict=[0.0, 1.0, 0.0, 0.0]
     )
     table = metrics_table(outcomes).query("population == 'ok_edits'")
     table = table.set_index("metric")
@@ -348,3 +348,8 @@ def test_the_generated_gap_of_each_tier():
     assert table.loc["wild_gap_inductive", "value"] == pytest.approx(1.0)
     assert table.loc["wild_consistency_deductive", "value"] == pytest.approx(0.5)
     assert table.loc["wild_em_paired_deductive", "value"] == pytest.approx(1.0)
+    # the strict reading of the same replies: the direct answer missed, one
+    # composition right: gap 0 - 1/2, under its own tag
+    assert table.loc["wild_strict_gap_deductive", "value"] == pytest.approx(-0.5)
+    assert table.loc["wild_strict_gap_deductive", "protocol"] == "wild_strict"
+    assert table.loc["wild_strict_em_paired_deductive", "value"] == pytest.approx(0.0)

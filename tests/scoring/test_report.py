@@ -50,9 +50,9 @@ def test_protocol_table_sets_each_probe_type_beside_its_generated_answer():
     assert table["probe_type"].tolist() == ["direct", "entailed", "locality"]
     rows = table.set_index("probe_type")
     assert rows.loc["entailed", "Gap (token − WILD)"] == 0.6
-    assert rows.loc["direct", "WILD EM (generated)"] == 0.8  # the itt row
+    assert rows.loc["direct", "WILD (generated)"] == 0.8  # the itt row
     assert rows.loc["locality", "Token acc. (teacher-forced)"] == 0.95
-    assert rows.loc["locality", "WILD EM (generated)"] == 0.7
+    assert rows.loc["locality", "WILD (generated)"] == 0.7
     assert pd.isna(rows.loc["direct", "BKE F1 (generated)"])
 
 

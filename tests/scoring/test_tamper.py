@@ -113,6 +113,7 @@ def test_atomic_probes_ask_each_consequence_about_its_own_subject():
             "answer_old": ["USA", "USA", "y"],
             "answer_new": ["Canada", "Canada", "z"],
             "question": ["Of which country is Obama a citizen?", None, "x?"],
+            "form": ["cloze", "cloze", "cloze"],
         }
     )
     facts = pd.DataFrame(

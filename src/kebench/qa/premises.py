@@ -6,6 +6,13 @@ KG facts of its derivation other than the edit (``entailed_facts.premises``); ea
 direct edit rests on its original fact (s, r, o). Every such fact becomes a cloze probe
 with the KG's answer and the other names the KG gives that answer;
 ``kebench.scoring.premises`` asks the base model to generate each answer.
+
+A premise is asked in the direction its probe walks it. "The head of state of the
+country whose head of state is Macron" walks (France, head of state, Macron) from
+Macron: knowing that France's head of state is Macron is not knowing which country
+Macron heads, so it is asked backward ("Emmanuel Macron is the head of state of" ->
+France). A backward question may have several KG answers (every subject with that
+object); any of them counts (``other_answers``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,27 @@ from kebench.qa.verbaliser import Verbaliser
 from kebench.schemas import PREMISE_PROBES
 
 KINDS = ("edit_fact", "premise", "condition")
+FORWARD, BACKWARD = "forward", "backward"
+
+
+def walked_direction(premise: Sequence[str], chain: Sequence[Sequence[str]]) -> str:
+    """How a probe's chain walks ``premise`` (subject, relation, object): ``backward``
+    when a step follows the relation in reverse and reaches the subject, else
+    ``forward`` (a step that reaches the object, or a premise no step walks, as a
+    mined rule's side condition)."""
+    subject, relation, _ = premise
+    for step_relation, direction, reached, *_ in chain:
+        if step_relation == relation and direction == "in" and reached == subject:
+            return BACKWARD
+    return FORWARD
+
+
+def backward_answers(kg_triples: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
+    """(relation local name, object label) -> the labels of every KG subject with that
+    object under that relation: the answers of a premise asked backward."""
+    entities = kg_triples[~kg_triples["o_is_literal"]]
+    grouped = entities.groupby(["p_local", "o_label"])["s_label"]
+    return {key: list(dict.fromkeys(labels)) for key, labels in grouped}
 
 
 def _entailed_fact_ids(
@@ -47,14 +75,16 @@ def premise_probes(  # noqa: PLR0913 - the tables a premise is read from, and se
     verbaliser: Verbaliser,
     relations: Mapping[str, Mapping[str, Any]],
     aliases: Mapping[str, Sequence[str]],
+    kg_triples: pd.DataFrame,
     dataset_probes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per (probe, premise): the premise as a cloze, its KG answer and that
-    answer's other names (``aliases``: answer label -> names,
-    ``kebench.kg.aliases.aliases_by_label``). A direct probe's premise is the edit's
-    original fact; an entailed probe's are its derivation's KG facts (none: the
-    probe rests on the edit alone). Injected claims have no original fact and no
-    premise. A dataset's own probes add the conditions the dataset names
+    """One row per (probe, premise): the premise as a cloze in the direction the probe
+    walks it (``walked_direction``), its KG answer and that answer's other names
+    (``aliases``: answer label -> names, ``kebench.kg.aliases.aliases_by_label``),
+    and, asked backward, the KG's other answers with their names. A direct probe's
+    premise is the edit's original fact; an entailed probe's are its derivation's KG
+    facts (none: the probe rests on the edit alone). Injected claims have no original
+    fact and no premise. A dataset's own probes add the conditions the dataset names
     (``condition_rows``)."""
     rows = []
     edits = edit_requests.set_index("case_id")
@@ -70,35 +100,67 @@ def premise_probes(  # noqa: PLR0913 - the tables a premise is read from, and se
                 "subject": edit["subject"],
                 "relation": "|".join(predicates) or edit["relation_id"],
                 "prompt": probe["prompt"],
+                "direction": FORWARD,
                 "answer": edit["target_true"],
                 "aliases": aliases.get(edit["target_true"], []),
+                "other_answers": [],
             }
         )
-    premises_of = entailed_facts.set_index("fact_id")["premises"]
+    facts = entailed_facts.set_index("fact_id")
     case_of = probes.set_index("probe_id")["case_id"]
     fact_ids = _entailed_fact_ids(probes, entailed_questions).dropna()
+    answers_of = backward_answers(kg_triples)
     for probe_id, fact_id in fact_ids.items():
-        for subject, relation, answer in json.loads(premises_of[fact_id]):
-            _, cloze, _ = verbaliser.question(subject, [], relation)
+        chain = json.loads(facts.at[fact_id, "chain"])
+        for premise in json.loads(facts.at[fact_id, "premises"]):
             rows.append(
-                {
-                    "probe_id": probe_id,
-                    "case_id": case_of[probe_id],
-                    "kind": "premise",
-                    "subject": subject,
-                    "relation": relation,
-                    "prompt": cloze,
-                    "answer": answer,
-                    "aliases": aliases.get(answer, []),
-                }
+                _premise_row(premise, chain, verbaliser, aliases, answers_of)
+                | {"probe_id": probe_id, "case_id": case_of[probe_id]}
             )
     if dataset_probes is not None:
         rows += condition_rows(probes, dataset_probes)
     frame = pd.DataFrame(rows, columns=list(PREMISE_PROBES.columns))
-    frame["aliases"] = frame["aliases"].map(
-        lambda names: json.dumps(list(names), ensure_ascii=False)
-    )
+    for column in ("aliases", "other_answers"):
+        frame[column] = frame[column].map(
+            lambda names: json.dumps(list(names), ensure_ascii=False)
+        )
     return PREMISE_PROBES.validate(frame)
+
+
+def _premise_row(
+    premise: Sequence[str],
+    chain: Sequence[Sequence[str]],
+    verbaliser: Verbaliser,
+    aliases: Mapping[str, Sequence[str]],
+    answers_of: Mapping[tuple[str, str], Sequence[str]],
+) -> dict[str, Any]:
+    """One entailed probe's premise (subject, relation, object), asked the way the
+    probe's ``chain`` walks it."""
+    subject, relation, answer = premise
+    direction = walked_direction(premise, chain)
+    if direction == FORWARD:
+        _, cloze, _ = verbaliser.question(subject, [], relation)
+        others: list[str] = []
+    else:
+        # asked from the object: which subject has it
+        _, cloze, _ = verbaliser.path_question(answer, [(relation, "in", subject)])
+        subject, answer = answer, subject
+        others = [
+            name
+            for other in answers_of.get((relation, subject), [])
+            if other != answer
+            for name in (other, *aliases.get(other, []))
+        ]
+    return {
+        "kind": "premise",
+        "subject": subject,
+        "relation": relation,
+        "prompt": cloze,
+        "direction": direction,
+        "answer": answer,
+        "aliases": aliases.get(answer, []),
+        "other_answers": others,
+    }
 
 
 def condition_rows(probes: pd.DataFrame, dataset_probes: pd.DataFrame) -> list[dict]:
@@ -126,8 +188,10 @@ def condition_rows(probes: pd.DataFrame, dataset_probes: pd.DataFrame) -> list[d
                     "subject": condition["subject"],
                     "relation": condition["relation"],
                     "prompt": condition["prompt"],
+                    "direction": FORWARD,
                     "answer": condition["answer"],
                     "aliases": list(condition["aliases"]),
+                    "other_answers": [],
                 }
             )
     return rows

@@ -1,7 +1,9 @@
 """Every source of risk an edit carries, as rows of the one ``probes`` table.
 
 A probe is scored as P(answer | prompt): ``prompt`` is a cloze ("The capital of France
-is") or a question in the configured QA format ("Question: ...\\nAnswer:").
+is", ``form`` cloze) or a question in the configured QA format ("Question:
+...\\nAnswer:", ``form`` question), which a chat model is asked through its chat
+template instead (``kebench.scoring.generation.asked_prompts``).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def edit_probes(
             )
         ],
         question=None,
+        form="cloze",
         **common,
     )
     asked = edit_requests[edit_requests["question"].notna()]
@@ -90,6 +93,7 @@ def edit_probes(
         "paraphrase",
         prompt=[as_question_prompt(q, qa_format) for q in asked["question"]],
         question=asked["question"],
+        form="question",
         **{
             k: (v[asked.index] if isinstance(v, pd.Series) else v)
             for k, v in common.items()
@@ -119,6 +123,7 @@ def entailed_probes(
         subject=joined["subject"],
         prompt=joined["cloze"],
         question=joined["question"],
+        form="cloze",
         answer_old=joined["answer_old"],
         answer_new=joined["answer_new"],
         rule_id=joined["rule_id"],
@@ -157,6 +162,7 @@ def dataset_probe_rows(
                 )
             ],
             question=part["text"].where(asked[part.index]),
+            form=asked[part.index].map({True: "question", False: "cloze"}),
             answer_old=part["answer_old"],
             answer_new=part["answer_new"],
             aliases_old=part["aliases_old"],
@@ -210,6 +216,7 @@ def locality_probes(
                     "subject": edit["subject"],
                     "prompt": cloze,
                     "question": None,
+                    "form": "cloze",
                     "answer_old": fact["o_label"],
                     "answer_new": fact["o_label"],
                     "rule_id": None,
@@ -290,6 +297,7 @@ def relation_specificity_probes(  # noqa: PLR0913, PLR0917 - tables and settings
                     "subject": edit["subject"],
                     "prompt": cloze,
                     "question": None,
+                    "form": "cloze",
                     "answer_old": fact["o_label"],
                     "answer_new": fact["o_label"],
                     "hops": 1,
@@ -375,6 +383,7 @@ def injection_probes(
                     subject=subjects.to_numpy(),
                     prompt=[as_question_prompt(q, qa_format) for q in questions],
                     question=questions.to_numpy(),
+                    form="question",
                     answer_old=None,
                     answer_new=targets.to_numpy(),
                     hops=2 if probe_type == "multihop" else 1,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
@@ -31,8 +32,11 @@ from kebench.qa.probes import FACT_KEY, fact_keys
 from kebench.schemas import PROBE_SCORES, UNCHANGED_TYPES
 from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
 from kebench.scoring.generation import (
+    CONTINUATION,
     GenerationSettings,
     alias_list,
+    asked_prompts,
+    asked_question,
     first_tokens_text,
     generate_answers,
     wild_match,
@@ -55,16 +59,38 @@ PASS_COLUMNS = [
 
 @dataclass(frozen=True)
 class ScoringSettings:
-    """How probes are scored: batch size; which probe types also get a greedy
+    """How probes are scored: batch size; how a question-form probe is asked
+    (``question_context``, ``asked_prompts``); which probe types also get a greedy
     generation (EM/F1 against the new answer) of at most ``max_new_tokens`` (protocol
-    ``gen``); which get a free generation (``wild``, ``bke_f1``: ``wild_types``, as
-    ``wild`` says)."""
+    ``gen``); which get a free generation (``wild``, ``wild_strict``, ``bke_f1``:
+    ``wild_types``, decoded as ``wild`` says, the strict protocols reading the reply
+    up to the first of ``strict_cut``)."""
 
     batch_size: int = 16
+    question_context: str = "chat"
     generate_types: tuple[str, ...] = ()
     max_new_tokens: int = 8
     wild: GenerationSettings | None = None
     wild_types: tuple[str, ...] = ()
+    strict_cut: tuple[str, ...] = ("\n", ".")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ScoringSettings:
+        """The settings of the ``evaluation`` parameters."""
+        wild = params["wild"]
+        return cls(
+            batch_size=int(params["batch_size"]),
+            question_context=str(params["question_context"]),
+            generate_types=tuple(params["generation"]["probe_types"]),
+            max_new_tokens=int(params["generation"]["max_new_tokens"]),
+            wild=GenerationSettings(
+                stop_strings=tuple(wild["stop_strings"]),
+                max_new_tokens=int(wild["max_new_tokens"]),
+                batch_size=int(wild["batch_size"]),
+            ),
+            wild_types=tuple(wild["probe_types"]),
+            strict_cut=tuple(wild["strict_cut"]),
+        )
 
 
 def score_pass(
@@ -83,7 +109,8 @@ def score_pass(
     Under a MeLLo memory (``context.mello``) every probe's question is answered by
     MeLLo's run (``mello_answer``, ``mello_em``), its answers are scored after the
     run's transcript, and the generation protocols, which would ask the model without
-    its memory, are not run.
+    its memory, are not run. Otherwise each probe is asked as ``asked_prompts``
+    says, for its answers' log-probs and its generations alike (column ``context``).
     """
     batch_size = settings.batch_size
     runs = None
@@ -94,9 +121,10 @@ def score_pass(
             lm, list(questions), context.memory, context.mello, batch_size
         )
         prompts = [run.transcript for run in runs]
+        contexts = [CONTINUATION] * len(prompts)
         prefix = DEMONSTRATIONS
     else:
-        prompts = list(probes["prompt"])
+        prompts, contexts = asked_prompts(lm, probes, settings.question_context)
     has_old = probes["answer_old"].notna().to_numpy()
     old_prompts = [p for p, keep in zip(prompts, has_old, strict=True) if keep]
     answers = [*probes["answer_new"], *probes.loc[has_old, "answer_old"]]
@@ -153,6 +181,7 @@ def score_pass(
             }
         )
     scores = pd.DataFrame(rows, index=probes.index, columns=PASS_COLUMNS)
+    scores["context"] = contexts
     if runs is not None:
         answers = [run.answer for run in runs]
         scores["mello_answer"] = answers
@@ -178,19 +207,13 @@ def _generations(  # noqa: PLR0913 - score_pass's state
     asked = probes["probe_type"].isin(settings.wild_types).to_numpy()
     if settings.wild is not None and asked.any():
         chosen = probes[asked]
-        # the prompt context asks the scored prompt; the others the question
-        in_prompt = settings.wild.context == "prompt"
-        texts = (
-            chosen["prompt"]
-            if in_prompt
-            else chosen["question"].fillna(chosen["prompt"])
-        )
+        texts = [p for p, a in zip(prompts, asked, strict=True) if a]
         # a probe also generated (gen) asks the same prompt greedily: its decode goes
         # on for gen's tokens past wild's stop, and serves both
-        shared = generate[asked] & in_prompt
+        shared = generate[asked]
         answers = generate_answers(
             lm,
-            list(texts),
+            texts,
             settings.wild,
             prefix,
             at_least=[settings.max_new_tokens * bool(s) for s in shared],
@@ -237,7 +260,7 @@ def mello_matches(probes: pd.DataFrame, answers: Sequence[str | None]) -> list[f
             matches.append(0.0 if answer is None else float("nan"))
             continue
         aliases = alias_list(probe.get(f"aliases_{side}"))
-        matches.append(wild_match(answer, gold, aliases))
+        matches.append(wild_match(answer, gold, aliases, asked_question(probe)))
     return matches
 
 
@@ -330,14 +353,17 @@ def case_digests(probes: pd.DataFrame) -> dict[str, str]:
     }
 
 
-def probe_score_rows(
+def probe_score_rows(  # noqa: PLR0913 - where a reply is cut is keyword-only
     probes: pd.DataFrame,
     base: pd.DataFrame,
     edited: pd.DataFrame,
     model: str,
     method: str,
+    *,
+    strict_cut: Sequence[str] = ScoringSettings.strict_cut,
 ) -> pd.DataFrame:
-    """``probe_scores`` rows of one method: each scored probe's base and edited passes.
+    """``probe_scores`` rows of one method: each scored probe's base and edited passes
+    (``strict_cut``: where the strict protocols cut a reply, ``wild_scores``).
 
     All three frames are indexed by probe_id; ``edited`` holds the probes scored.
     """
@@ -347,6 +373,7 @@ def probe_score_rows(
     ].assign(
         model=model,
         method=method,
+        context=edited["context"],
         lp_base_old=base.loc[index, "lp_old"],
         lp_base_new=base.loc[index, "lp_new"],
         lp_edit_old=edited["lp_old"],
@@ -369,11 +396,44 @@ def probe_score_rows(
             edit_wild_text=edited["wild_text"],
             edit_wild_stop=edited["wild_stop"],
             edit_wild_tokens=edited["wild_tokens"],
-            **wild_scores(probes.loc[index], base_texts, edited["wild_text"]),
+            **wild_scores(
+                probes.loc[index], base_texts, edited["wild_text"], strict_cut
+            ),
         )
     # columns of protocols not run stay empty
     columns = list(PROBE_SCORES.columns)
     return PROBE_SCORES.validate(rows.reindex(columns=columns).reset_index(drop=True))
+
+
+def reread_answers(
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+    strict_cut: Sequence[str] = ScoringSettings.strict_cut,
+) -> pd.DataFrame:
+    """``probe_scores`` with every verdict on a stored reply read again: the free
+    generation's (``wild_scores``) and MeLLo's final answer's (``mello_matches``).
+    A verdict is a function of the reply and the probe, so a stored shard read by a
+    newer matcher gets the newer verdicts instead of those it was stored with."""
+    by_id = probes.set_index("probe_id", drop=False)
+    scores = probe_scores.copy()
+    replied = scores["edit_wild_text"].notna().to_numpy()
+    if replied.any():
+        rows = scores[replied]
+        verdicts = wild_scores(
+            by_id.loc[rows["probe_id"]].set_axis(rows.index),
+            rows["base_wild_text"],
+            rows["edit_wild_text"],
+            strict_cut,
+        )
+        scores.loc[replied, list(verdicts.columns)] = verdicts
+    answered = scores["mello_answer"].notna().to_numpy()
+    if answered.any():
+        rows = scores[answered]
+        asked = by_id.loc[rows["probe_id"]]
+        scores.loc[answered, "mello_em"] = mello_matches(
+            asked, list(rows["mello_answer"])
+        )
+    return scores
 
 
 def delta_groups(
@@ -601,4 +661,11 @@ def score_shard(lm: LoadedModel, shard: ScoreShard) -> pd.DataFrame:
         shard.settings,
         f"scoring {shard.method}",
     )
-    return probe_score_rows(shard.probes, shard.base, edited, lm.name, shard.method)
+    return probe_score_rows(
+        shard.probes,
+        shard.base,
+        edited,
+        lm.name,
+        shard.method,
+        strict_cut=shard.settings.strict_cut,
+    )

@@ -665,19 +665,14 @@ def shared_prefix(
     tokenizer: PreTrainedTokenizerBase,
     prefix: str,
     prompts: Sequence[Sequence[int]],
-    special_tokens: bool = True,
 ) -> PrefixCache | None:
     """The prefix's tokens, run once, when every prompt's joint tokens (those of the
-    prefix and the prompt's text together) begin with them and go on past them; else
-    None (each prompt then runs whole). ``special_tokens``: whether the joint tokens
-    were made with the tokenizer's special tokens."""
+    prefix and the prompt's text together, with the tokenizer's special tokens) begin
+    with them and go on past them; else None (each prompt then runs whole)."""
     # the prefix's last token can merge with the text after it (a trailing space)
     if not prefix:
         return None
-    if special_tokens:
-        ids = _encode(tokenizer, prefix)[:-1]
-    else:
-        ids = list(tokenizer(prefix, add_special_tokens=False)["input_ids"])[:-1]
+    ids = _encode(tokenizer, prefix)[:-1]
     n = len(ids)
     if not ids or any(len(p) <= n or list(p[:n]) != ids for p in prompts):
         return None

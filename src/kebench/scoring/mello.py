@@ -247,9 +247,11 @@ def answer_questions(
 ) -> list[MelloRun]:
     """MeLLo's run for each question against ``memory``, the questions batched."""
     retriever = Retriever(memory, settings)
+    # MQuAKE's run reads every character of a step, its stops wherever they fall
     generation = GenerationSettings(
-        context="prompt",
         stop_strings=STOPS,
+        sentence_end=False,
+        answer_first=False,
         max_new_tokens=settings.max_new_tokens,
         batch_size=batch_size,
     )

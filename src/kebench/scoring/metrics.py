@@ -14,9 +14,13 @@ Protocols, never mixed in one number:
     token: teacher-forced token accuracy (EasyEdit's "rewrite acc").
     argmax: agreement of the argmax before and after the edit (locality).
     gen: exact match / F1 of greedy generations (SQuAD normalisation).
-    wild: exact match of a free generation against the answer or an alias
-        (``kebench.scoring.generation``); locality: the base model's answer kept.
-    bke_f1: token F1 of the same generation against the answer.
+    wild: a free generation's reply gives the answer or an alias, as a grader reads
+        it (``kebench.scoring.answers``); locality: the base model's answer kept;
+        ``wild_kg_*``: on controls whose KG answer the base model gives, the edited
+        model still gives it.
+    wild_strict: exact match of the same reply, cut at its first newline or full
+        stop, against the answer or an alias (the paper repository's scoring).
+    bke_f1: token F1 of that cut against the answer.
     judge: an LLM judge's verdict on the same generation (``kebench.scoring.judge``).
     token_vs_wild, token_vs_judge: the protocol gaps, token accuracy minus wild (or
         the judge), paired per probe.
@@ -163,6 +167,12 @@ ENTAILED_SUBSETS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
 }
 # the subsets that get every form (wild, known premises) besides prob
 MAIN_SUBSETS = ("deductive", "inductive")
+# the free-generation verdicts a Consistency and gap are also computed on: the
+# probe_scores column, its metrics' name prefix and protocol
+GENERATED_FORMS = (
+    ("wild_em", "wild", "wild"),
+    ("wild_strict", "wild_strict", "wild_strict"),
+)
 
 
 def entailed_subset(outcomes: pd.DataFrame, subset: str) -> pd.DataFrame:
@@ -231,16 +241,17 @@ def gap_rows(  # noqa: PLR0913 - the gap's form, keyword-only
 
 
 def paired_edit_succ_rows(
-    outcomes: pd.DataFrame, seed: int, subset: str, column: str, protocol: str
+    outcomes: pd.DataFrame, seed: int, subset: str, column: str, tags: tuple[str, str]
 ) -> list[dict]:
     """EditSucc (the mean of ``column`` over direct probes) of the very edits a
-    subset's gap pairs over, so that the two numbers of the gap stand side by side."""
+    subset's gap pairs over, so that the two numbers of the gap stand side by side;
+    ``tags``: the metric's name prefix (``edit_succ``, ``wild_em``) and protocol."""
     per_edit = per_edit_consistency(outcomes, subset, column).dropna(
         subset=["consistency"]
     )
     per_edit = per_edit.assign(probe_type="direct")
-    metric = f"{'edit_succ' if column == 'edit_succ' else column}_paired_{subset}"
-    return _metric_rows(per_edit, "edit_succ", metric, protocol, seed)
+    metric = f"{tags[0]}_paired_{subset}"
+    return _metric_rows(per_edit, "edit_succ", metric, tags[1], seed)
 
 
 def consistency_rows(
@@ -259,22 +270,32 @@ def consistency_rows(
         )
         rows += gap_rows(outcomes, seed, subset=subset, tags=(f"gap_{subset}", "prob"))
     for subset in MAIN_SUBSETS:
-        rows += paired_edit_succ_rows(outcomes, seed, subset, "edit_succ", "prob")
-        if "wild_em" in outcomes:
-            per_edit = per_edit_consistency(outcomes, subset, "wild_em").assign(
+        rows += paired_edit_succ_rows(
+            outcomes, seed, subset, "edit_succ", ("edit_succ", "prob")
+        )
+        for column, prefix, protocol in GENERATED_FORMS:
+            if column not in outcomes:
+                continue
+            per_edit = per_edit_consistency(outcomes, subset, column).assign(
                 probe_type="entailed"
             )
             rows += _metric_rows(
-                per_edit, "consistency", f"wild_consistency_{subset}", "wild", seed
+                per_edit,
+                "consistency",
+                f"{prefix}_consistency_{subset}",
+                protocol,
+                seed,
             )
             rows += gap_rows(
                 outcomes,
                 seed,
                 subset=subset,
-                column="wild_em",
-                tags=(f"wild_gap_{subset}", "wild"),
+                column=column,
+                tags=(f"{prefix}_gap_{subset}", protocol),
             )
-            rows += paired_edit_succ_rows(outcomes, seed, subset, "wild_em", "wild")
+            rows += paired_edit_succ_rows(
+                outcomes, seed, subset, column, (f"{prefix}_em", protocol)
+            )
         if known is not None:
             rows += known_premise_rows(outcomes, known, seed, subset)
     no_old = entailed_subset(outcomes, "deductive_tier")
@@ -347,6 +368,7 @@ def failed_outcomes(
         gen_em=zero.where(generated),
         gen_f1=zero.where(generated),
         wild_em=zero.where(free),
+        wild_strict=zero.where(free),
         bke_f1=zero.where(free),
         **({"judge": zero.where(free)} if judged else {}),
     )
@@ -424,6 +446,14 @@ def _population_rows(
         rows += _metric_rows(scored, "bke_f1", "bke_f1", "bke_f1", seed)
         rows += protocol_gap_rows(scored, seed)
         forms.append(("wild_em", "wild_", "wild"))
+    if "wild_strict" in outcomes:
+        rows += _metric_rows(
+            scored, "wild_strict", "wild_strict_em", "wild_strict", seed
+        )
+        forms.append(("wild_strict", "wild_strict_", "wild_strict"))
+    if "wild_kg" in outcomes:
+        # controls only: on the facts whose KG answer the base model gives
+        forms.append(("wild_kg", "wild_kg_", "wild"))
     if "judge" in outcomes:
         rows += _metric_rows(scored, "judge", "judge_correct", "judge", seed)
         rows += protocol_gap_rows(

@@ -1,11 +1,11 @@
 """Known premises: which probes the base model could pass from what it knows.
 
-A premise (``kebench.qa.premises``) is *known* when the base model, asked its cloze,
-generates the KG's answer greedily: the SQuAD-normalised exact match of the answer, or
-of one of the KG's other names of it (``wild_match``), with the first stop string
-cutting the generation, as in protocol ``wild``. An entailed probe's premises are known
-when all are (a probe that rests on the edit alone has none); a direct probe's premise
-is the edit's original fact.
+A premise (``kebench.qa.premises``) is *known* when the base model, asked its cloze in
+the direction its probe walks it, generates the KG's answer greedily: its reply gives
+the answer, one of the KG's other names of it or, asked backward, another of the KG's
+answers, as protocol ``wild`` reads a reply (``wild_match``). An entailed probe's
+premises are known when all are (a probe that rests on the edit alone has none); a
+direct probe's premise is the edit's original fact.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from kebench.models.loading import LoadedModel
 from kebench.schemas import PREMISE_KNOWLEDGE
 from kebench.scoring.base_store import reuse_scores, score_keys
 from kebench.scoring.generation import (
+    CONTINUATION,
     GenerationSettings,
     generate_answers,
     wild_match,
 )
 from kebench.scoring.metrics import bootstrap_ci
 
-KEYS = ["prompt", "answer", "aliases"]
+KEYS = ["prompt", "answer", "aliases", "other_answers"]
 
 
 def premise_knowledge(  # noqa: PLR0913 - what is already known is optional
@@ -55,11 +56,13 @@ def premise_knowledge(  # noqa: PLR0913 - what is already known is optional
 
     generations, partition = reuse_scores(stored or {}, keys, distinct, ask)
     known = [
-        bool(wild_match(text, answer, json.loads(aliases)))
-        for text, answer, aliases in zip(
+        bool(wild_match(text, answer, json.loads(aliases) + json.loads(others), prompt))
+        for text, prompt, answer, aliases, others in zip(
             generations["generation"],
+            distinct["prompt"],
             distinct["answer"],
             distinct["aliases"],
+            distinct["other_answers"],
             strict=True,
         )
     ]
@@ -73,13 +76,15 @@ def premise_knowledge(  # noqa: PLR0913 - what is already known is optional
 def answered_prompts(
     probes: pd.DataFrame, base_scores: pd.DataFrame, max_new_tokens: int
 ) -> dict[str, str]:
-    """The base model's free answers (protocol ``wild``, asked in the ``prompt``
-    context) that a premise decode of at most ``max_new_tokens`` tokens with the same
-    stop strings gives too: those that stopped on their own within that many tokens.
-    By prompt."""
+    """The base model's free answers (protocol ``wild``) to cloze prompts, asked as
+    plain continuations, that a premise decode of at most ``max_new_tokens`` tokens
+    with the same stops gives too: those that stopped on their own within that many
+    tokens. By prompt."""
     rows = base_scores.merge(probes[["probe_id", "prompt"]], on="probe_id")
-    ended = rows["wild_stop"].isin(["stop_string", "eos"]) & (
-        rows["wild_tokens"] <= max_new_tokens
+    ended = (
+        rows["wild_stop"].isin(["stop_string", "sentence_end", "eos"])
+        & (rows["wild_tokens"] <= max_new_tokens)
+        & (rows["context"] == CONTINUATION)
     )
     return dict(
         zip(rows.loc[ended, "prompt"], rows.loc[ended, "wild_text"], strict=True)
@@ -103,18 +108,20 @@ def known_probes(premise_knowledge: pd.DataFrame, probes: pd.DataFrame) -> pd.Se
 
 
 def known_share(premise_knowledge: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """The share of known premises, per model and kind (edit facts, derivation
-    premises), over distinct facts (a fact several probes rest on counts once), with a
-    bootstrap 95 % CI over those facts."""
+    """The share of known premises, per model, kind (edit facts, derivation premises)
+    and direction (forward, backward), over distinct questions (one several probes
+    rest on counts once), with a bootstrap 95 % CI over those questions."""
     distinct = premise_knowledge.drop_duplicates(["model", "kind", "prompt", "answer"])
     rows = []
-    for (model, kind), part in distinct.groupby(["model", "kind"]):
+    groups = distinct.groupby(["model", "kind", "direction"])
+    for (model, kind, direction), part in groups:
         known = part["known"].astype(float).to_numpy()
         low, high = bootstrap_ci(known, seed=seed)
         rows.append(
             {
                 "model": model,
                 "kind": kind,
+                "direction": direction,
                 "known_share": float(known.mean()),
                 "ci_low": low,
                 "ci_high": high,
@@ -122,5 +129,6 @@ def known_share(premise_knowledge: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(
-        rows, columns=["model", "kind", "known_share", "ci_low", "ci_high", "n"]
+        rows,
+        columns=["model", "kind", "direction", "known_share", "ci_low", "ci_high", "n"],
     )

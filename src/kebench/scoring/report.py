@@ -9,11 +9,41 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+
 # The headline: per (model, method, risk) and protocol, each column a
 # (probe_type, metric) of ``metrics``. ``prob`` rows compare probabilities
 # (locality and relation specificity: the argmax before and after the edit); ``wild``
-# rows score free generations. The deductive columns count only compositions that
-# are no echo of the edit (kebench.scoring.metrics.ENTAILED_SUBSETS).
+# rows read free generations as a grader does, ``wild_strict`` rows by exact match.
+# The deductive columns count only compositions that are no echo of the edit
+# (kebench.scoring.metrics.ENTAILED_SUBSETS).
+def _generated_columns(prefix: str, protocol: str) -> dict[str, tuple[str, str, str]]:
+    """The headline's columns of a free-generation protocol whose metrics are named
+    with ``prefix`` (``kebench.scoring.metrics.GENERATED_FORMS``)."""
+    return {
+        "EditSucc": ("direct", f"{prefix}_em", protocol),
+        "Paraphrase": ("paraphrase", f"{prefix}_em", protocol),
+        "EditSucc (paired)": ("direct", f"{prefix}_em_paired_deductive", protocol),
+        "Deductive Consistency": (
+            "entailed",
+            f"{prefix}_consistency_deductive",
+            protocol,
+        ),
+        "Deductive gap": ("direct-entailed", f"{prefix}_gap_deductive", protocol),
+        "Inductive Consistency (paper)": (
+            "entailed",
+            f"{prefix}_consistency_inductive",
+            protocol,
+        ),
+        "Inductive gap": ("direct-entailed", f"{prefix}_gap_inductive", protocol),
+        "Relation specificity": (
+            "relation_specificity",
+            f"{prefix}_relation_specificity",
+            protocol,
+        ),
+        "Locality": ("locality", f"{prefix}_locality", protocol),
+    }
+
+
 HEADLINE_FORMS: dict[str, dict[str, tuple[str, str, str]]] = {
     "prob": {
         "EditSucc": ("direct", "edit_succ", "prob"),
@@ -30,25 +60,8 @@ HEADLINE_FORMS: dict[str, dict[str, tuple[str, str, str]]] = {
         ),
         "Locality": ("locality", "locality", "argmax"),
     },
-    "wild": {
-        "EditSucc": ("direct", "wild_em", "wild"),
-        "Paraphrase": ("paraphrase", "wild_em", "wild"),
-        "EditSucc (paired)": ("direct", "wild_em_paired_deductive", "wild"),
-        "Deductive Consistency": ("entailed", "wild_consistency_deductive", "wild"),
-        "Deductive gap": ("direct-entailed", "wild_gap_deductive", "wild"),
-        "Inductive Consistency (paper)": (
-            "entailed",
-            "wild_consistency_inductive",
-            "wild",
-        ),
-        "Inductive gap": ("direct-entailed", "wild_gap_inductive", "wild"),
-        "Relation specificity": (
-            "relation_specificity",
-            "wild_relation_specificity",
-            "wild",
-        ),
-        "Locality": ("locality", "wild_locality", "wild"),
-    },
+    "wild": _generated_columns("wild", "wild"),
+    "wild_strict": _generated_columns("wild_strict", "wild_strict"),
 }
 HEADLINE_LABELS = list(HEADLINE_FORMS["prob"])
 # measured on the edits that succeeded only (a failed edit leaves the model as it was)
@@ -258,16 +271,23 @@ def counterfact_table(metrics: pd.DataFrame) -> pd.DataFrame:
 # The protocol table: one probe type's answer, teacher-forced and generated.
 PROTOCOLS = [
     ("token_accuracy", "token", "Token acc. (teacher-forced)"),
-    ("wild_em", "wild", "WILD EM (generated)"),
+    ("wild_em", "wild", "WILD (generated)"),
+    ("wild_strict_em", "wild_strict", "WILD strict (generated)"),
     ("bke_f1", "bke_f1", "BKE F1 (generated)"),
     ("protocol_gap", "token_vs_wild", "Gap (token − WILD)"),
     ("judge_correct", "judge", "Judge (generated)"),
     ("judge_gap", "token_vs_judge", "Gap (token − judge)"),
     ("mello_em", "mello", "MeLLo EM (generated)"),
 ]
-LOCALITY_FORMS = {"locality", "wild_locality", "judge_locality", "mello_locality"}
+LOCALITY_FORMS = {
+    "locality",
+    "wild_locality",
+    "wild_strict_locality",
+    "judge_locality",
+    "mello_locality",
+}
 # the generated protocols, one of which a protocol table needs
-GENERATED = ("wild", "mello")
+GENERATED = ("wild", "wild_strict", "mello")
 PROTOCOL_ORDER = ["direct", "paraphrase", "entailed", "multihop", "locality"]
 
 
@@ -279,7 +299,8 @@ def protocol_table(metrics: pd.DataFrame, population: str) -> pd.DataFrame:
     keys = ["model", "method", "risk", "probe_type"]
     wanted = PROTOCOLS + [
         ("locality", "argmax", "Token acc. (teacher-forced)"),
-        ("wild_locality", "wild", "WILD EM (generated)"),
+        ("wild_locality", "wild", "WILD (generated)"),
+        ("wild_strict_locality", "wild_strict", "WILD strict (generated)"),
         ("judge_locality", "judge", "Judge (generated)"),
         ("mello_locality", "mello", "MeLLo EM (generated)"),
     ]
@@ -388,6 +409,7 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     echoes: str = "",
     protocols: pd.DataFrame | None = None,
     counterfact: pd.DataFrame | None = None,
+    generations: list[str] | None = None,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
@@ -398,7 +420,8 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     the known-premise forms, after ``echoes`` (``echo_shares``).
     ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
     generated answers; ``counterfact`` (``counterfact_table``), CounterFact's standard
-    metrics."""
+    metrics; ``generations`` (``generation_section``), the free replies and how they
+    were read."""
     lines = [
         f"# {title}",
         "",
@@ -417,9 +440,11 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
         "Consistency is a mean over edits, each the mean over its probes; a gap is "
         "paired over the edits that have such probes). Rows `prob` compare "
         "probabilities (relation specificity and locality: the argmax tokens before "
-        "and after the edit, `argmax`); rows `wild` score a free greedy generation "
-        "by exact match against the answer or an alias (relation specificity and "
-        f"locality: the base model's answer kept). {UNEDITED_TEXT}",
+        "and after the edit, `argmax`); rows `wild` read a free greedy reply as a "
+        "grader does (the answer or an alias leads it; relation specificity and "
+        "locality: the base model's answer kept), rows `wild_strict` by exact match "
+        "of its first line cut at a full stop, as the paper's repository scores "
+        f"generations. {UNEDITED_TEXT}",
         "",
         headline_markdown(headline),
     ]
@@ -454,18 +479,19 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
             "## Teacher-forced vs generated (the protocol gap)",
             "",
             "The same probes, answered two ways: teacher-forced token accuracy "
-            "(protocol `token`; locality: `argmax`) and a free greedy generation, "
-            "scored by exact match against the answer or an alias (`wild`; locality: "
-            "the base model's answer kept), by token F1 (`bke_f1`) and, when it is "
-            "on, by an LLM judge (`judge`); MeLLo's final answer after its "
-            "retrieval steps, by exact match (`mello`; locality: the old answer "
-            "kept). Each gap is paired per probe "
+            "(protocol `token`; locality: `argmax`) and a free greedy reply, read "
+            "as a grader does (`wild`; locality: the base model's answer kept), by "
+            "exact match of its cut (`wild_strict`), by token F1 (`bke_f1`) and, "
+            "when it is on, by an LLM judge (`judge`); MeLLo's final answer after "
+            "its retrieval steps, read as `wild` reads (`mello`; locality: the old "
+            "answer kept). Each gap is paired per probe "
             "(`token_vs_wild`, `token_vs_judge`), with a 95% CI over edits; "
             "`generations.parquet` holds every answer, `judgements.parquet` every "
             "verdict.",
             "",
             *_table(protocols, ["model", "method", "risk", "probe_type"], labels),
         ]
+    lines += generations or []
     if counterfact is not None and len(counterfact):
         lines += [
             "",
@@ -514,6 +540,129 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
                 f"{row['reason']} | {row['probes']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def reply_summary(probe_scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, method, risk, probe_type, context) of the free generations: how
+    many replies, how many empty, how many the cap cut, the mean ``wild`` and
+    ``wild_strict`` verdicts, how many replies the two read differently, and how
+    many controls were not judged (the base model gave no answer)."""
+    replied = probe_scores.dropna(subset=["edit_wild_text"])
+    keys = ["model", "method", "risk", "probe_type", "context"]
+    if replied.empty:
+        return pd.DataFrame(columns=keys)
+    both = replied[["wild_em", "wild_strict"]].notna().all(axis=1)
+    frame = replied.assign(
+        empty=replied["edit_wild_text"].str.strip() == "",
+        capped=replied["edit_wild_stop"] == "cap",
+        disagree=both & (replied["wild_em"] != replied["wild_strict"]),
+        unjudged=replied["wild_em"].isna(),
+    )
+    return (
+        frame.groupby(keys)
+        .agg(
+            replies=("probe_id", "size"),
+            empty=("empty", "sum"),
+            capped=("capped", "sum"),
+            wild=("wild_em", "mean"),
+            wild_strict=("wild_strict", "mean"),
+            disagree=("disagree", "sum"),
+            unjudged=("unjudged", "sum"),
+        )
+        .reset_index()
+    )
+
+
+# the controls' wild forms, against the base model's reply and against the KG's answer
+CONTROL_FORMS = {
+    "Locality (base reply kept)": ("locality", "wild_locality"),
+    "Locality (KG answer kept, known facts)": ("locality", "wild_kg_locality"),
+    "Relation specificity (base reply kept)": (
+        "relation_specificity",
+        "wild_relation_specificity",
+    ),
+    "Relation specificity (KG answer kept, known facts)": (
+        "relation_specificity",
+        "wild_kg_relation_specificity",
+    ),
+}
+
+
+def generation_section(replies: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
+    """The report's section on free generation: the replies per context (empty,
+    capped, the two readings and where they disagree), the controls under ``wild``,
+    and the known premises per direction."""
+    if replies.empty:
+        return []
+    lines = [
+        "",
+        "## Free generation: what the models said, and how it was read",
+        "",
+        "Each probe is asked as a person would ask it (column *context*): a cloze as "
+        "a plain continuation, a question through the model's chat template where it "
+        "has one (else its plain QA prompt); teacher forcing (`prob`) scores the same "
+        "text. A reply runs from its first non-space character to the end of its "
+        "first sentence or line. `wild` reads it as a grader does: the answer, or "
+        "another name of it, leading the reply, after a frame that restates the "
+        "question, possibly followed by a qualifier; never a hedge, a negation, a "
+        "longer name or a late mention (docs/evaluation.md). `wild_strict` is "
+        "exact match of the reply cut at its first newline or full stop. An empty "
+        "reply is counted here and scores 0; a control whose base reply is empty or "
+        "gives no answer is not judged.",
+        "",
+        "| model | method | risk | probe type | context | replies | empty | cut by "
+        "the cap | wild | wild_strict | read differently | controls not judged |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in replies.to_dict("records"):
+        lines.append(
+            f"| {row['model']} | {row['method']} | {row['risk']} | "
+            f"{row['probe_type']} | {row['context']} | {row['replies']} | "
+            f"{row['empty']} | {row['capped']} | {_share(row['wild'])} | "
+            f"{_share(row['wild_strict'])} | {row['disagree']} | {row['unjudged']} |"
+        )
+    controls = _side_by_side(
+        [
+            (_select(metrics, (probe_type, metric, "wild"), "ok_edits"), label)
+            for label, (probe_type, metric) in CONTROL_FORMS.items()
+        ]
+    ).dropna(subset=list(CONTROL_FORMS), how="all")
+    if len(controls):
+        lines += [
+            "",
+            "Controls under `wild` (edits that succeeded): the edited reply gives the "
+            "base model's answer (its leading span), or, on the facts whose KG "
+            "answer the base model gives, still gives the KG's answer.",
+            "",
+            *_table(controls, ["model", "method", "risk"], list(CONTROL_FORMS)),
+        ]
+    known = metrics[metrics["metric"].str.startswith("premises_known_")]
+    if len(known):
+        lines += [
+            "",
+            "Known premises of the evaluated probes (the base model's reply to each "
+            "distinct premise question gives the KG's answer, `wild`), asked in the "
+            "direction the probe walks the fact: *forward* from its subject, "
+            "*backward* from its object, where any of the KG's answers counts.",
+            "",
+            "| model | kind | direction | known | of | share (95% CI) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in known.sort_values(["model", "probe_type", "metric"]).to_dict(
+            "records"
+        ):
+            direction = row["metric"].removeprefix("premises_known_")
+            lines.append(
+                f"| {row['model']} | {row['probe_type']} | {direction} | "
+                f"{round(row['value'] * row['n'])} | {row['n']} | "
+                f"{100 * row['value']:.1f} [{100 * row['ci_low']:.1f}, "
+                f"{100 * row['ci_high']:.1f}] |"
+            )
+    return lines
+
+
+def _share(value: float) -> str:
+    return "–" if pd.isna(value) else f"{100 * value:.1f}"
 
 
 PLOTTED = ("EditSucc", "Deductive Consistency", "Inductive Consistency (paper)")

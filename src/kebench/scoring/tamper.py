@@ -110,6 +110,7 @@ def audit_probes(
             "answer_new": facts["answer_new"],
             # no question of its own: a memory-based edit (MeLLo) is asked the cloze
             "question": None,
+            "form": "cloze",
             "kind": "atomic",
         }
     )

@@ -63,9 +63,10 @@ def test_known_metrics_are_the_plain_metrics_over_known_probes(evaluated):
     got = _value(metrics, "ROME", "consistency_deductive_known_gen", "entailed")
     for risk, value in per_edit.groupby("risk").mean().items():
         assert got[risk] == pytest.approx(value)
-    # the share of known facts, per kind, over distinct facts
-    share = _value(metrics, "unedited", "premises_known_gen", "edit_fact")
-    facts = knowledge[knowledge["kind"] == "edit_fact"].drop_duplicates(
-        ["prompt", "answer"]
-    )
-    assert share["all"] == pytest.approx(facts["known"].mean())
+    # the share of known questions, per kind and direction, over distinct ones
+    for kind, direction in [("edit_fact", "forward"), ("premise", "backward")]:
+        share = _value(metrics, "unedited", f"premises_known_{direction}", kind)
+        asked = knowledge[
+            (knowledge["kind"] == kind) & (knowledge["direction"] == direction)
+        ].drop_duplicates(["prompt", "answer"])
+        assert share["all"] == pytest.approx(asked["known"].mean())

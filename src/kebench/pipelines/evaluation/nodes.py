@@ -37,6 +37,7 @@ from kebench.scoring.evaluate import (
     kept_probes,
     plan_shards,
     probe_score_rows,
+    reread_answers,
     score_pass,
     score_shard,
 )
@@ -59,10 +60,12 @@ from kebench.scoring.report import (
     counterfact_table,
     detail_table,
     echo_shares,
+    generation_section,
     headline_table,
     plot_consistency_distribution,
     plot_direct_vs_entailed,
     protocol_table,
+    reply_summary,
     report_markdown,
     run_name,
 )
@@ -72,23 +75,6 @@ logger = logging.getLogger(__name__)
 UNEDITED = "unedited"
 # the texts a probe's base scores depend on, with its type (scoring/base_store.py)
 PROBE_TEXTS = ["prompt", "answer_new", "answer_old", "question"]
-
-
-def _settings(params: dict[str, Any]) -> ScoringSettings:
-    wild = params["wild"]
-    return ScoringSettings(
-        batch_size=int(params["batch_size"]),
-        generate_types=tuple(params["generation"]["probe_types"]),
-        max_new_tokens=int(params["generation"]["max_new_tokens"]),
-        wild=GenerationSettings(
-            context=wild["context"],
-            instruction=wild["instruction"],
-            stop_strings=tuple(wild["stop_strings"]),
-            max_new_tokens=int(wild["max_new_tokens"]),
-            batch_size=int(wild["batch_size"]),
-        ),
-        wild_types=tuple(wild["probe_types"]),
-    )
 
 
 def select_stored_edits(
@@ -161,7 +147,7 @@ def score_base_probes(
     store. A probe scored before, by any run or pipeline, with the same weights,
     settings and token ids, is read from the store."""
     edited = probes[probes["case_id"].isin(selected_edits["case_id"])]
-    settings = _settings(params)
+    settings = ScoringSettings.from_params(params)
     keys = score_keys(model, edited, PROBE_TEXTS, ["probe_type"], asdict(settings))
     scores, partition = reuse_scores(
         base_probe_store_stored,
@@ -199,14 +185,13 @@ def score_premise_knowledge(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     premises = premise_probes[premise_probes["case_id"].isin(selected_edits["case_id"])]
     wild, settings = params["wild"], params["premises"]
     generation = GenerationSettings(
-        context="prompt",
         stop_strings=tuple(wild["stop_strings"]),
         max_new_tokens=int(settings["max_new_tokens"]),
         batch_size=int(wild["batch_size"]),
     )
     answered = (
         answered_prompts(probes, base_probe_scores, generation.max_new_tokens)
-        if wild["context"] == "prompt" and "wild_stop" in base_probe_scores
+        if "wild_stop" in base_probe_scores
         else {}
     )
     knowledge, partition = premise_knowledge(
@@ -262,7 +247,12 @@ def plan_score_shards(
         kept = kept_probes(probes, joint_dropped_probes, method)
         content = case_digests(kept[kept["case_id"].isin(rows["case_id"])])
         parts.append(
-            plan_shards(rows, shard_size, asdict(_settings(params)), content=content)
+            plan_shards(
+                rows,
+                shard_size,
+                asdict(ScoringSettings.from_params(params)),
+                content=content,
+            )
         )
     if not parts:
         return plan_shards(ok, shard_size)
@@ -315,7 +305,7 @@ def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
             store_root=str(edit_deltas_stored.root),
             probes=shard_probes,
             base=base.loc[shard_probes.index],
-            settings=_settings(params),
+            settings=ScoringSettings.from_params(params),
         )
     logger.info(
         "scoring %d shards (%d stored)",
@@ -335,11 +325,13 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     base_probe_scores: pd.DataFrame,
     selected_edits: pd.DataFrame,
     joint_dropped_probes: pd.DataFrame,
+    params: dict[str, Any],
 ) -> pd.DataFrame:
     """``probe_scores``: the planned shards, after the unedited floor on their cases
     (without the probes joint scoring dropped for any method, so that the floor is
     measured on probes the methods are measured on); then every other method whose
-    shards for these edits an earlier run stored, measured the same way."""
+    shards for these edits an earlier run stored, measured the same way; every
+    stored reply read by the current matcher (``reread_answers``)."""
     by_id = probes.set_index("probe_id", drop=False)
     base = base_probe_scores.set_index("probe_id")
     planned = by_id["case_id"].isin(score_shard_plan["case_id"])
@@ -359,7 +351,9 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
                 "edits): not in probe_scores until evaluated again",
                 method,
             )
-    return PROBE_SCORES.validate(pd.concat(parts, ignore_index=True))
+    scores = pd.concat(parts, ignore_index=True)
+    strict_cut = ScoringSettings.from_params(params).strict_cut
+    return PROBE_SCORES.validate(reread_answers(scores, probes, strict_cut))
 
 
 def select_run_scores(
@@ -585,11 +579,12 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         failed=failed,
         known=known_probes(premise_knowledge, probes),
     )
-    shares = known_share(premise_knowledge, seed).assign(
+    shares = known_share(premise_knowledge, seed)
+    shares = shares.assign(
         method="unedited",
         risk="all",
-        metric="premises_known_gen",
-        protocol="gen",
+        metric="premises_known_" + shares["direction"],
+        protocol="wild",
         population="ok_edits",
     )
     parts = [
@@ -647,6 +642,7 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         echoes=echo_shares(evaluated),
         protocols=protocol_table(metrics, population),
         counterfact=counterfact_table(metrics),
+        generations=generation_section(reply_summary(probe_scores), metrics),
     )
     return (
         markdown,

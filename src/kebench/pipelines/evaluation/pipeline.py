@@ -127,6 +127,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "base_probe_scores",
                     "selected_edits",
                     "joint_dropped_probes",
+                    "params:evaluation",
                 ],
                 outputs="probe_scores",
                 name="collect_probe_scores",

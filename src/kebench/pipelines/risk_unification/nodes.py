@@ -183,5 +183,6 @@ def collect_premise_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         verbaliser=verbaliser,
         relations=relations,
         aliases=aliases_by_label(entity_aliases, kg_triples, edit_requests),
+        kg_triples=kg_triples,
         dataset_probes=raw_dataset_probes,
     )
