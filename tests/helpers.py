@@ -139,7 +139,9 @@ def plain_logprob(lm, prompt: str, answer: str) -> float:
     the checker of kebench's batched, cached scoring."""
     tokenizer = lm.tokenizer
     prompt_ids = tokenizer(prompt)["input_ids"]
-    answer_ids = tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
+    # a reply after a chat template's "assistant\n" starts without a space
+    space = "" if prompt[-1:].isspace() else " "
+    answer_ids = tokenizer(space + answer, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt_ids + answer_ids])
     with torch.no_grad():
         logits = lm.model(input_ids=ids).logits[0].double()

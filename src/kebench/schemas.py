@@ -266,6 +266,8 @@ PROBE_TYPES = (
 # and facts of the edited subject under a relation nothing links to the edit
 # (relation_specificity, RippleEdits' Relation Specificity).
 UNCHANGED_TYPES = ("locality", "relation_specificity")
+# the method name of the base model's scores: the floor every method is read against
+UNEDITED = "unedited"
 PROBE_FORMS = ("cloze", "question")
 # An entailed probe's tier: kebench's two (TIERS), or a dataset's own test
 # (RippleEdits' categories), which kebench did not derive.

@@ -6,8 +6,14 @@ import pandas as pd
 import pytest
 
 from kebench.scoring.context import PromptContext
-from kebench.scoring.evaluate import ScoringSettings, require_scored, score_pass
+from kebench.scoring.evaluate import (
+    ScoringSettings,
+    greedy_answers,
+    require_scored,
+    score_pass,
+)
 from kebench.scoring.generation import GenerationSettings, generate_answers
+from tests.scoring.test_generation import greedy_by_hand
 from tests.scoring.test_logprobs import plain_logprob
 
 
@@ -140,3 +146,21 @@ def test_a_generated_prompt_is_run_once_for_its_answers_and_its_generations(lm, 
             assert getattr(row, f"lp_{side}") == pytest.approx(expected, abs=1e-4)
     (alone,) = generate_answers(lm, [asked["prompt"][0]], settings.wild, prefix)
     assert scores["wild_text"].tolist()[0] == alone.text
+
+
+def test_an_unknown_question_context_is_refused_naming_the_parameter():
+    with pytest.raises(ValueError, match="evaluation.question_context 'poem'"):
+        ScoringSettings(question_context="poem")
+
+
+@pytest.mark.model
+def test_gen_answers_are_the_first_line_of_eight_greedy_tokens(lm):
+    """Protocol ``gen`` decodes its 8 tokens whole (no stop, no sentence end) and
+    keeps the first line: the greedy oracle's."""
+    prompts = ["The capital of France is", "Barack Obama is a citizen of"]
+    answers = greedy_answers(lm, prompts, 8)
+    for prompt, answer in zip(prompts, answers, strict=True):
+        tokens = greedy_by_hand(lm, prompt, 8)
+        kept = tokens[:-1] if lm.tokenizer.eos_token_id in tokens else tokens
+        text = lm.tokenizer.decode(kept, skip_special_tokens=True)
+        assert answer == text.strip().split("\n")[0]

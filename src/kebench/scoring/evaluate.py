@@ -33,6 +33,7 @@ from kebench.schemas import PROBE_SCORES, UNCHANGED_TYPES
 from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
 from kebench.scoring.generation import (
     CONTINUATION,
+    QUESTION_CONTEXTS,
     GenerationSettings,
     alias_list,
     asked_prompts,
@@ -73,6 +74,13 @@ class ScoringSettings:
     wild: GenerationSettings | None = None
     wild_types: tuple[str, ...] = ()
     strict_cut: tuple[str, ...] = ("\n", ".")
+
+    def __post_init__(self) -> None:
+        if self.question_context not in QUESTION_CONTEXTS:
+            raise ValueError(
+                f"evaluation.question_context {self.question_context!r}: use one of "
+                f"{QUESTION_CONTEXTS}"
+            )
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ScoringSettings:
@@ -329,8 +337,8 @@ def greedy_answers(
     """Greedy continuations of ``prompts`` after ``prefix``, up to a newline (protocol
     ``gen``): ``generate_answers`` without stop strings, its text cut here."""
     settings = GenerationSettings(
-        context="prompt",
         stop_strings=(),
+        sentence_end=False,
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,
     )

@@ -32,6 +32,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -372,6 +373,48 @@ def failed_outcomes(
         bke_f1=zero.where(free),
         **({"judge": zero.where(free)} if judged else {}),
     )
+
+
+@dataclass(frozen=True)
+class OutcomeSettings:
+    """Which probe types a run generated for (``gen``, ``wild``) and whether an LLM
+    judge read the generations: what a failed edit's probes count as failed in."""
+
+    generate_types: tuple[str, ...] = ()
+    wild_types: tuple[str, ...] = ()
+    judged: bool = False
+
+
+def outcome_tables(  # noqa: PLR0913 - the run's scores and what is left out of them
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+    failed_edits: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
+    settings: OutcomeSettings,
+    *,
+    judgements: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The outcomes of a run's scored probes (``probe_outcomes`` with each probe's
+    roles and, when judged, the judge's verdict) and the failed edits' outcomes
+    (``failed_outcomes``) without the probes joint scoring dropped: ``metrics_table``'s
+    two inputs."""
+    failed = failed_outcomes(
+        probes,
+        failed_edits,
+        settings.generate_types,
+        settings.wild_types,
+        judged=settings.judged,
+    )
+    keys = ["method", "probe_id"]
+    dropped = pd.MultiIndex.from_frame(joint_dropped_probes[keys])
+    failed = failed[~pd.MultiIndex.from_frame(failed[keys]).isin(dropped)]
+    outcomes = with_roles(probe_outcomes(probe_scores), probes)
+    if settings.judged and judgements is not None:
+        verdicts = judgements[["model", "method", "probe_id", "judge"]]
+        outcomes = outcomes.merge(
+            verdicts, on=["model", "method", "probe_id"], how="left"
+        )
+    return outcomes, failed
 
 
 def known_premise_rows(

@@ -410,6 +410,7 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     protocols: pd.DataFrame | None = None,
     counterfact: pd.DataFrame | None = None,
     generations: list[str] | None = None,
+    comparison: list[str] | None = None,
 ) -> str:
     """The report as markdown: the headline table (of ``population``) in %, with 95%
     bootstrap CIs, the failed edits, and the probes joint scoring dropped
@@ -421,7 +422,8 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     ``protocols`` (``protocol_table``) adds the protocol gap: teacher-forced vs
     generated answers; ``counterfact`` (``counterfact_table``), CounterFact's standard
     metrics; ``generations`` (``generation_section``), the free replies and how they
-    were read."""
+    were read; ``comparison`` (``kebench.scoring.comparison.comparison_lines``), the
+    methods on the edits they share."""
     lines = [
         f"# {title}",
         "",
@@ -450,6 +452,7 @@ def report_markdown(  # noqa: PLR0913 - the report's parts and its tags
     ]
     disagreements = sign_disagreements(headline)
     lines += ["", *disagreements] if disagreements else []
+    lines += comparison or []
     if details is not None and len(details):
         lines += [
             "",
@@ -668,9 +671,10 @@ def _share(value: float) -> str:
 PLOTTED = ("EditSucc", "Deductive Consistency", "Inductive Consistency (paper)")
 
 
-def plot_direct_vs_entailed(headline: pd.DataFrame) -> Figure:
+def plot_direct_vs_entailed(headline: pd.DataFrame, note: str = "") -> Figure:
     """Bars of EditSucc, deductive and inductive Consistency per method (``prob``
-    rows), with 95% CIs."""
+    rows), with 95% CIs, each group labelled with its number of edits; ``note`` (the
+    edits the methods share, where they differ) goes under the title."""
     rows = headline[headline["protocol"] == "prob"].reset_index(drop=True)
     figure, axes = plt.subplots(figsize=(max(6.0, 2.0 * len(rows)), 4.0))
     x = np.arange(len(rows))
@@ -687,13 +691,68 @@ def plot_direct_vs_entailed(headline: pd.DataFrame) -> Figure:
             yerr=np.vstack([values - low, high - values]),
             capsize=3,
         )
+    edits = rows["EditSucc n_edits"].astype("Int64").astype(str)
     axes.set_xticks(
-        x, [f"{m}\n{r}" for m, r in zip(rows["method"], rows["risk"], strict=True)]
+        x,
+        [
+            f"{m}\n{r}\nn={n} edits"
+            for m, r, n in zip(rows["method"], rows["risk"], edits, strict=True)
+        ],
     )
     axes.set_ylabel("% of probes (95% CI)")
     axes.set_ylim(0, 105)
-    axes.set_title("Edits, their deductive consequences and the rules' correlations")
+    title = "Edits, their deductive consequences and the rules' correlations"
+    axes.set_title(f"{title}\n{note}" if note else title, fontsize="medium")
     axes.legend(loc="upper right", fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def plot_gap_vs_edit_succ(headline: pd.DataFrame, note: str = "") -> Figure:
+    """Each method's deductive gap against its EditSucc, under ``prob`` and
+    ``wild`` side by side, with their 95 % CIs as error bars and the number of edits
+    beside each point; ``note`` goes under the title."""
+    protocols = [p for p in ("prob", "wild") if p in set(headline["protocol"])]
+    figure, panels = plt.subplots(
+        1, max(1, len(protocols)), figsize=(5.5 * max(1, len(protocols)), 4.5)
+    )
+    panels = np.atleast_1d(panels)
+    methods = sorted(set(headline["method"]))
+    colours = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}
+    for axes, protocol in zip(panels, protocols, strict=False):
+        rows = headline[headline["protocol"] == protocol].dropna(
+            subset=["EditSucc", "Deductive gap"]
+        )
+        for index, row in enumerate(rows.to_dict("records")):
+            x, y = 100 * row["EditSucc"], 100 * row["Deductive gap"]
+            axes.errorbar(
+                x,
+                y,
+                xerr=[[x - 100 * row["EditSucc ci_low"]], [100 * row["EditSucc ci_high"] - x]],
+                yerr=[
+                    [y - 100 * row["Deductive gap ci_low"]],
+                    [100 * row["Deductive gap ci_high"] - y],
+                ],
+                fmt="o",
+                capsize=3,
+                color=colours[row["method"]],
+            )
+            # labels of points that coincide are staggered
+            axes.annotate(
+                f"{row['method']} (n={int(row['Deductive gap n_edits'])})",
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, 4 + 9 * (index % 4)),
+                fontsize="x-small",
+                color=colours[row["method"]],
+            )
+        axes.axhline(0, color="grey", linewidth=0.8)
+        axes.set_xlim(-5, 105)
+        axes.set_xlabel(f"EditSucc, % (`{protocol}`, 95% CI)")
+        axes.set_ylabel(f"Deductive gap, points (`{protocol}`, 95% CI)")
+        axes.set_title(f"{protocol}", fontsize="medium")
+    title = "Does the edit's logic follow it? Deductive gap against EditSucc"
+    figure.suptitle(f"{title}\n{note}" if note else title, fontsize="medium")
     figure.tight_layout()
     return figure
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pandas as pd
 import pytest
@@ -38,12 +39,34 @@ def test_pipeline_logprobs_match_a_plain_computation(evaluated, lm):
     assert len(floor) == 5
     for row in floor.to_dict("records"):
         probe = probes.loc[row["probe_id"]]
+        asked = asked_text(lm, probe)
         assert row["lp_base_old"] == pytest.approx(
-            plain_logprob(lm, probe["prompt"], probe["answer_old"]), abs=1e-4
+            plain_logprob(lm, asked, probe["answer_old"]), abs=1e-4
         )
         assert row["lp_base_new"] == pytest.approx(
-            plain_logprob(lm, probe["prompt"], probe["answer_new"]), abs=1e-4
+            plain_logprob(lm, asked, probe["answer_new"]), abs=1e-4
         )
+
+
+def asked_text(lm, probe: pd.Series) -> str:
+    """What the model is asked, written out here: a question through SmolLM2's chat
+    template (which adds no BOS of its own), a cloze as it is."""
+    if probe["form"] != "question":
+        return probe["prompt"]
+    return lm.tokenizer.apply_chat_template(
+        [{"role": "user", "content": probe["question"]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+
+
+@pytest.mark.model
+def test_question_probes_are_asked_through_the_chat_template(evaluated):
+    scores = evaluated.load("probe_scores").join(
+        evaluated.load("probes").set_index("probe_id")["form"], on="probe_id"
+    )
+    contexts = scores.groupby("form")["context"].agg(set).to_dict()
+    assert contexts == {"cloze": {"continuation"}, "question": {"chat_template"}}
 
 
 @pytest.mark.model
@@ -253,7 +276,7 @@ def test_every_probe_type_is_generated_and_scored_against_its_answer(evaluated):
         "locality",
     }
     for row in rome.to_dict("records"):
-        if row["probe_type"] == "locality":
+        if row["probe_type"] in ("locality", "relation_specificity"):
             continue
         probe = probes.loc[row["probe_id"]]
         listed = probe["aliases_new"]
@@ -261,10 +284,13 @@ def test_every_probe_type_is_generated_and_scored_against_its_answer(evaluated):
             probe["answer_new"],
             *(json.loads(listed) if isinstance(listed, str) else []),
         ]
-        right = plain_normalise(row["generation"]) in {
-            plain_normalise(g) for g in golds
-        }
-        assert row["wild_em"] == float(right), row
+        # wild_strict: the reply up to its first newline or full stop, exactly
+        cut = re.split(r"[\n.]", row["generation"], maxsplit=1)[0]
+        exact = plain_normalise(cut) in {plain_normalise(g) for g in golds}
+        assert row["wild_strict"] == float(exact), row
+        # a reader accepts every exact answer
+        assert row["wild_em"] >= row["wild_strict"], row
+        assert row["generation"] == row["generation"].strip()
     metrics = evaluated.load("metrics")
     gaps = metrics[metrics["protocol"] == "token_vs_wild"]
     assert set(gaps["probe_type"]) >= {"direct", "entailed_deductive"}

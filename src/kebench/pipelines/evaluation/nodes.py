@@ -25,9 +25,21 @@ from kebench.models.loading import LoadedModel
 from kebench.pipelines.editing.nodes import EDITS_PARAMETER, first_edits_per_risk
 from kebench.qa.llm_questions import CachedChat, LlmSettings, ResponseCache
 from kebench.qa.probes import FACT_KEY, edits_measured, rewritten_facts
-from kebench.schemas import COUNTERFACT_SCORES, JUDGEMENTS, METRICS, PROBE_SCORES
+from kebench.schemas import (
+    COUNTERFACT_SCORES,
+    JUDGEMENTS,
+    METRICS,
+    PROBE_SCORES,
+    UNEDITED,
+)
 from kebench.scoring import counterfact
 from kebench.scoring.base_store import reuse_scores, score_keys
+from kebench.scoring.comparison import (
+    comparison_lines,
+    edit_sets_differ,
+    method_comparison,
+    shared_edits,
+)
 from kebench.scoring.evaluate import (
     ScoreShard,
     ScoringSettings,
@@ -44,8 +56,9 @@ from kebench.scoring.evaluate import (
 from kebench.scoring.generation import GenerationSettings, generation_table
 from kebench.scoring.judge import GenerationJudge, judgement_table
 from kebench.scoring.metrics import (
-    failed_outcomes,
+    OutcomeSettings,
     metrics_table,
+    outcome_tables,
     per_edit_consistency,
     probe_outcomes,
     with_roles,
@@ -64,6 +77,7 @@ from kebench.scoring.report import (
     headline_table,
     plot_consistency_distribution,
     plot_direct_vs_entailed,
+    plot_gap_vs_edit_succ,
     protocol_table,
     reply_summary,
     report_markdown,
@@ -72,7 +86,6 @@ from kebench.scoring.report import (
 
 logger = logging.getLogger(__name__)
 
-UNEDITED = "unedited"
 # the texts a probe's base scores depend on, with its type (scoring/base_store.py)
 PROBE_TEXTS = ["prompt", "answer_new", "answer_old", "question"]
 
@@ -541,6 +554,14 @@ def judge_generations(
     return table
 
 
+def _outcome_settings(params: dict[str, Any]) -> OutcomeSettings:
+    return OutcomeSettings(
+        generate_types=tuple(params["generation"]["probe_types"]),
+        wild_types=tuple(params["wild"]["probe_types"]),
+        judged=bool(params["judge"]["enabled"]),
+    )
+
+
 def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     probe_scores: pd.DataFrame,
     probes: pd.DataFrame,
@@ -556,23 +577,15 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     joint scoring kept), 95% CI over edits, and n; also over the probes whose premises
     the base model knows (``*_known``), the share of known premises, and CounterFact's
     standard metrics (protocol ``counterfact``, its successful edits)."""
-    failed = failed_outcomes(
+    seed = int(params["bootstrap_seed"])
+    outcomes, failed = outcome_tables(
+        probe_scores,
         probes,
         failed_edits,
-        params["generation"]["probe_types"],
-        params["wild"]["probe_types"],
-        judged=bool(params["judge"]["enabled"]),
+        joint_dropped_probes,
+        _outcome_settings(params),
+        judgements=judgements,
     )
-    keys = ["method", "probe_id"]
-    dropped = pd.MultiIndex.from_frame(joint_dropped_probes[keys])
-    failed = failed[~pd.MultiIndex.from_frame(failed[keys]).isin(dropped)]
-    seed = int(params["bootstrap_seed"])
-    outcomes = with_roles(probe_outcomes(probe_scores), probes)
-    if params["judge"]["enabled"]:
-        verdicts = judgements[["model", "method", "probe_id", "judge"]]
-        outcomes = outcomes.merge(
-            verdicts, on=["model", "method", "probe_id"], how="left"
-        )
     table = metrics_table(
         outcomes,
         seed=seed,
@@ -581,7 +594,7 @@ def compute_metrics(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     )
     shares = known_share(premise_knowledge, seed)
     shares = shares.assign(
-        method="unedited",
+        method=UNEDITED,
         risk="all",
         metric="premises_known_" + shares["direction"],
         protocol="wild",
@@ -612,6 +625,31 @@ def list_failed_edits(selected_edits: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def compare_methods(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
+    probe_scores: pd.DataFrame,
+    probes: pd.DataFrame,
+    failed_edits: pd.DataFrame,
+    joint_dropped_probes: pd.DataFrame,
+    params: dict[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's methods on the edits they all have: their headline there, and each
+    method's paired differences from ``comparison.reference``."""
+    outcomes, failed = outcome_tables(
+        probe_scores,
+        probes,
+        failed_edits,
+        joint_dropped_probes,
+        _outcome_settings(params),
+    )
+    return method_comparison(
+        outcomes,
+        failed,
+        params["headline_population"],
+        params["comparison"]["reference"],
+        int(params["bootstrap_seed"]),
+    )
+
+
 def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     metrics: pd.DataFrame,
     probe_scores: pd.DataFrame,
@@ -620,16 +658,24 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     entailed_facts: pd.DataFrame,
     selected_edits: pd.DataFrame,
     probes: pd.DataFrame,
+    shared_headline: pd.DataFrame,
+    method_comparison: pd.DataFrame,
     params: dict[str, Any],
     run: dict[str, str],
-) -> tuple[str, pd.DataFrame, Figure, Figure]:
+) -> tuple[str, pd.DataFrame, Figure, Figure, Figure]:
     """The markdown report, titled by what the run measured (dataset, model, profile),
-    its headline table (in the population ``headline_population``), and the two
-    plots."""
+    its headline table (in the population ``headline_population``), and the plots,
+    which put methods evaluated on different edits side by side on the edits they
+    share only."""
     population = params["headline_population"]
     headline = headline_table(metrics, population)
     per_edit = per_edit_consistency(with_roles(probe_outcomes(probe_scores), probes))
     evaluated = probes[probes["case_id"].isin(selected_edits["case_id"])]
+    differ = edit_sets_differ(probe_scores) and len(shared_headline) > 0
+    compared = shared_headline if differ else headline
+    note = (
+        f"on the {len(shared_edits(probe_scores))} edits every method has" if differ else ""
+    )
     markdown = report_markdown(
         headline,
         failed_edits,
@@ -643,12 +689,14 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
         protocols=protocol_table(metrics, population),
         counterfact=counterfact_table(metrics),
         generations=generation_section(reply_summary(probe_scores), metrics),
+        comparison=comparison_lines(probe_scores, shared_headline, method_comparison),
     )
     return (
         markdown,
         headline,
-        plot_direct_vs_entailed(headline),
+        plot_direct_vs_entailed(compared, note),
         plot_consistency_distribution(per_edit),
+        plot_gap_vs_edit_succ(compared, note),
     )
 
 

@@ -7,6 +7,7 @@ from kebench.pipelines.evaluation.nodes import (
     build_report,
     collect_counterfact_scores,
     collect_probe_scores,
+    compare_methods,
     compute_metrics,
     describe_run,
     find_joint_drops,
@@ -213,6 +214,18 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="list_failed_edits",
             ),
             Node(
+                func=compare_methods,
+                inputs=[
+                    "run_probe_scores",
+                    "probes",
+                    "failed_edits",
+                    "joint_dropped_probes",
+                    "params:evaluation",
+                ],
+                outputs=["shared_headline", "method_comparison"],
+                name="compare_methods",
+            ),
+            Node(
                 func=build_report,
                 inputs=[
                     "metrics",
@@ -222,6 +235,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "entailed_facts",
                     "selected_edits",
                     "probes",
+                    "shared_headline",
+                    "method_comparison",
                     "params:evaluation",
                     "params:run",
                 ],
@@ -230,6 +245,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "headline_table",
                     "direct_vs_entailed_plot",
                     "consistency_distribution_plot",
+                    "gap_vs_edit_succ_plot",
                 ],
                 name="build_report",
             ),
