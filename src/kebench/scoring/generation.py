@@ -39,6 +39,7 @@ from kebench.schemas import ASK_CONTEXTS, GENERATIONS, UNCHANGED_TYPES
 from kebench.scoring.answers import strict_match, unchanged_answer, wild_match
 from kebench.scoring.logprobs import (
     PromptPass,
+    encode_text,
     length_batches,
     pad_batch,
     padding_id,
@@ -294,7 +295,8 @@ def generate_answers(  # noqa: PLR0913 - what one decode also serves is keyword-
     forcing of the same prompts continues from it instead of running them again.
     """
     tokenizer = lm.tokenizer
-    inputs = [tuple(tokenizer(prefix + text)["input_ids"]) for text in texts]
+    # the tokens teacher forcing reads for the same text (``encode_text``)
+    inputs = [tuple(encode_text(tokenizer, prefix + text)) for text in texts]
     # an input asked more than once (a locality prompt several cases share) is
     # answered once
     distinct = list(dict.fromkeys(inputs))

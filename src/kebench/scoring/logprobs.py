@@ -59,7 +59,7 @@ def answer_text(prompt: str, answer: str) -> str:
     return " " + answer
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """``text``'s ids with the tokenizer's special tokens, less an EOS it appends
     (some Llama tokenizers' ``add_eos_token``): an answer's text does not end there."""
     ids = list(tokenizer(text)["input_ids"])
@@ -81,8 +81,8 @@ def encode_pair(
     in a space, which SentencePiece folds into the answer's "▁"), the prompt is the
     tokens the joint text shares with it.
     """
-    prompt_ids = _encode(tokenizer, prompt)
-    joint_ids = _encode(tokenizer, prompt + answer_text(prompt, answer))
+    prompt_ids = encode_text(tokenizer, prompt)
+    joint_ids = encode_text(tokenizer, prompt + answer_text(prompt, answer))
     shared = 0
     for own, in_joint in zip(prompt_ids, joint_ids, strict=False):
         if own != in_joint:
@@ -672,7 +672,7 @@ def shared_prefix(
     # the prefix's last token can merge with the text after it (a trailing space)
     if not prefix:
         return None
-    ids = _encode(tokenizer, prefix)[:-1]
+    ids = encode_text(tokenizer, prefix)[:-1]
     n = len(ids)
     if not ids or any(len(p) <= n or list(p[:n]) != ids for p in prompts):
         return None
