@@ -125,7 +125,9 @@ TITLES = _stems(
 NEGATIONS = _stems("not no never neither nor none nobody")
 # words that put the answer beside another candidate ("probably Paris" is still an
 # answer; "Paris or London" is not)
-HEDGES = _stems("or either whether")
+HEDGES = _stems("or either whether vs versus")
+# what a reply may call its answer right after it: "Paris is wrong"
+REFUTATIONS = _stems("not no never incorrect wrong false untrue mistaken")
 # words after which the answer is not the thing asked about but a reference point
 # or an agent ("near Paris", "a country ruled by the United Kingdom")
 DISPLACERS = _stems(
@@ -299,18 +301,30 @@ def _names_another(frame: list[Token], index: int, context: frozenset[str]) -> b
     )
 
 
+def _ends_sentence(tokens: list[Token], index: int) -> bool:
+    """Whether the mark at ``index`` ends a sentence: "!", "?" or ";", or a full
+    stop before a capitalised word ("Berlin. Paris"; "Apple Inc. are" goes on)."""
+    mark = tokens[index]
+    if mark.norm != ".":
+        return mark.norm in SENTENCE_MARKS
+    following = tokens[index + 1] if index + 1 < len(tokens) else None
+    return following is None or following.capitalised
+
+
 def _frame_holds(frame: list[Token], context: frozenset[str], named: bool) -> bool:
     """Whether the tokens before an occurrence are a frame (module docstring);
     ``named``: whether the answer is a name, which a relative clause in the frame
     may not end ("a natural remedy that helps whiten teeth" gives a description)."""
     for index, token in enumerate(frame):
-        if token.kind == "mark" and token.norm in SENTENCE_MARKS:
+        if token.kind == "mark" and _ends_sentence(frame, index):
             return False  # a sentence said before the answer
         if token.kind != "word":
             continue
         if token.norm in NEGATIONS or token.norm in HEDGES:
             return False
-        if token.norm in DISPLACERS and token.norm not in context:
+        # "north of Paris" is elsewhere; "the north of Italy" is Italy
+        inside = index > 0 and frame[index - 1].norm == "the"
+        if token.norm in DISPLACERS and token.norm not in context and not inside:
             return False
         if _names_another(frame, index, context):
             return False
@@ -331,10 +345,11 @@ def _closes_relative_clause(frame: list[Token]) -> bool:
     return bool(copulas) and all(w in AFTER_COPULA for w in after[copulas[-1] + 1 :])
 
 
-def _longer_name_before(reply: list[Token], start: int) -> bool:
+def _longer_name_before(reply: list[Token], start: int, name: _Name) -> bool:
     """Whether the occurrence at ``start`` ends a longer name: a capitalised word, or
     "<Capitalised> of", right before it ("New Mexico", "the University of Paris"),
-    titles, common words and the generic words of official names aside."""
+    titles, common words, the generic words of official names and the name itself
+    said twice ("Dublin Dublin") aside."""
     joined = reply[start - 1] if start else None
     if joined is not None and joined.norm == "of":
         joined = reply[start - 2] if start > 1 else None
@@ -343,12 +358,14 @@ def _longer_name_before(reply: list[Token], start: int) -> bool:
         and joined.kind == "word"
         and joined.capitalised
         and joined.norm not in TITLES | NAME_DESCRIPTORS | COMMON_WORDS
+        and joined.norm != name.words[-1]
     )
 
 
-def _ends_cleanly(reply: list[Token], end: int) -> bool:
-    """Whether what follows an occurrence leaves it the answer: no longer name, no
-    possessive, no negation of it, no other candidate beside it."""
+def _ends_cleanly(reply: list[Token], end: int, name: _Name) -> bool:
+    """Whether what follows an occurrence leaves it the answer: no longer name (the
+    name said again, "Shakira Shakira", is none), no possessive, no negation of it,
+    no other candidate beside it."""
     rest = reply[end : end + 4]
     if not rest:
         return True
@@ -359,14 +376,19 @@ def _ends_cleanly(reply: list[Token], end: int) -> bool:
     spoiled = (
         first.kind == "possessive"
         # "Paris Hilton", "Mexico City"
-        or (first.kind == "word" and first.capitalised and first.norm not in TITLES)
+        or (
+            first.kind == "word"
+            and first.capitalised
+            and first.norm not in TITLES
+            and first.norm != name.words[0]
+        )
         or first.norm in {"/", "-"}
-        # "Paris is not", "Paris isn't", "Paris? No"
+        # "Paris is not", "Paris isn't", "Paris is wrong", "Paris? No"
         or norms[0] in NEGATIONS
-        or (len(norms) > 1 and norms[0] in AUXILIARIES and norms[1] in NEGATIONS)
+        or (len(norms) > 1 and norms[0] in AUXILIARIES and norms[1] in REFUTATIONS)
         or (first.norm in {"?", "."} and len(norms) > 1 and norms[1] in NEGATIONS)
-        # "Paris or London", "Paris and Lyon"
-        or (bool(after_comma) and after_comma[0].norm in HEDGES)
+        # "Paris or London", "Paris, Lyon or Nice", "Paris and Lyon"
+        or _hedged(reply[end:])
         or (
             bool(after_comma)
             and after_comma[0].norm == "and"
@@ -376,6 +398,24 @@ def _ends_cleanly(reply: list[Token], end: int) -> bool:
         )
     )
     return not spoiled
+
+
+def _hedged(rest: list[Token]) -> bool:
+    """Whether the clause after an occurrence offers another candidate: a hedge word
+    ("or", "vs") before the clause ends (a sentence mark, or a relative or
+    subordinate clause: "Lagos, which ... or ..." is not a hedge)."""
+    for token in rest:
+        if token.kind == "mark" and token.norm in SENTENCE_MARKS:
+            return False
+        if token.kind == "word" and token.norm in CLAUSE_OPENERS:
+            return False
+        if token.kind == "word" and token.norm in HEDGES:
+            return True
+    return False
+
+
+# words that open a clause of its own after an answer
+CLAUSE_OPENERS = _stems("which who whom whose where when while but because since")
 
 
 # how many words on each side of an occurrence decide whether it is copied from the
@@ -418,8 +458,8 @@ def wild_match(
         for start, end in _occurrences(reply, name):
             if (
                 _frame_holds(reply[:start], allowed, named)
-                and not _longer_name_before(reply, start)
-                and _ends_cleanly(reply, end)
+                and not _longer_name_before(reply, start, name)
+                and _ends_cleanly(reply, end, name)
                 and not _copies_question(reply, start, end, question)
             ):
                 return 1.0
