@@ -60,7 +60,9 @@ def coverage_text(outcomes: pd.DataFrame) -> str:
     if not edit_sets_differ(outcomes):
         return f"Every method was evaluated on the same {len(next(iter(edits.values())))} edits."
     shared = shared_edits(outcomes)
-    named = ", ".join(shared[:NAMED_EDITS]) + (" ..." if len(shared) > NAMED_EDITS else "")
+    named = ", ".join(shared[:NAMED_EDITS]) + (
+        " ..." if len(shared) > NAMED_EDITS else ""
+    )
     return (
         f"The methods were evaluated on different edits ({counts}): their rows in "
         "the headline are not comparable with each other. They share "
@@ -154,7 +156,9 @@ def difference_lines(differences: pd.DataFrame) -> list[str]:
         f"Paired differences from {reference} over the shared edits (method − "
         f"{reference}, percentage points, 95 % bootstrap CI over edits):",
         "",
-        "| model | risk | protocol | method | " + " | ".join(MEASURE_LABELS.values()) + " |",
+        "| model | risk | protocol | method | "
+        + " | ".join(MEASURE_LABELS.values())
+        + " |",
         "|" + "---|" * (4 + len(MEASURE_LABELS)),
     ]
     keys = ["model", "risk", "protocol", "method"]

@@ -728,7 +728,10 @@ def plot_gap_vs_edit_succ(headline: pd.DataFrame, note: str = "") -> Figure:
             axes.errorbar(
                 x,
                 y,
-                xerr=[[x - 100 * row["EditSucc ci_low"]], [100 * row["EditSucc ci_high"] - x]],
+                xerr=[
+                    [x - 100 * row["EditSucc ci_low"]],
+                    [100 * row["EditSucc ci_high"] - x],
+                ],
                 yerr=[
                     [y - 100 * row["Deductive gap ci_low"]],
                     [100 * row["Deductive gap ci_high"] - y],

@@ -674,7 +674,9 @@ def build_report(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     differ = edit_sets_differ(probe_scores) and len(shared_headline) > 0
     compared = shared_headline if differ else headline
     note = (
-        f"on the {len(shared_edits(probe_scores))} edits every method has" if differ else ""
+        f"on the {len(shared_edits(probe_scores))} edits every method has"
+        if differ
+        else ""
     )
     markdown = report_markdown(
         headline,
