@@ -161,7 +161,9 @@ def score_base_probes(
     settings and token ids, is read from the store."""
     edited = probes[probes["case_id"].isin(selected_edits["case_id"])]
     settings = ScoringSettings.from_params(params)
-    keys = score_keys(model, edited, PROBE_TEXTS, ["probe_type"], asdict(settings))
+    # a question's asked text is also the model's chat template's
+    salt = asdict(settings) | {"chat_template": model.tokenizer.chat_template}
+    keys = score_keys(model, edited, PROBE_TEXTS, ["probe_type", "form"], salt)
     scores, partition = reuse_scores(
         base_probe_store_stored,
         keys,
