@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import shutil
 import sys
 import time
@@ -74,7 +73,8 @@ def timed(name: str, params: dict, root: Path) -> float:
     started = time.perf_counter()
     run_pipeline(name, params, root)
     seconds = round(time.perf_counter() - started, 1)
-    logging.getLogger(__name__).info("%s %s: %.1f s", name, params["method"], seconds)
+    # on stderr, so that a stopped run still shows where its time went
+    sys.stderr.write(f"{name} {params['method']}: {seconds:.1f} s\n")
     return seconds
 
 
