@@ -60,6 +60,8 @@ ACCEPTED = [
     ("of course, Paris", "Paris", [], None),
     ("located in the heart of the city of Paris", "Paris", [], None),
     ("President Emmanuel Macron", "Emmanuel Macron", [], None),
+    ("Dr. Martin Luther King Jr.", "Martin Luther King Jr.", [], None),
+    ("Mt. Everest", "Mount Everest", [], None),
     ("the USA", "United States", ["USA"], None),
     ("  \n the United States of America.", "United States", ["USA"], None),
     ("Washington, D.C.", "Washington, D.C.", [], None),
@@ -86,6 +88,7 @@ REJECTED = [
     ("Mexico City", "Mexico", [], "Which country is Mexico City located in?"),
     ("London, and later Paris", "Paris", [], None),  # late mentions
     ("Berlin. Paris", "Paris", [], None),
+    ("Lyon, no wait, Paris", "Paris", [], None),
     ("The capital is Berlin, as Paris is", "Paris", [], None),
     ("a small town near Paris", "Paris", [], None),  # another place, by Paris
     ("Michelle Obama's husband", "Michelle Obama", [], None),  # a modifier

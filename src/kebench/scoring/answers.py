@@ -154,6 +154,10 @@ AFTER_COPULA = _stems(
 )
 # read as the full word they abbreviate
 ABBREVIATIONS = {"st": "saint", "mt": "mount", "ft": "fort", "&": "and"}
+# short forms whose full stop ends no sentence ("Dr. Martin Luther King")
+SHORT_FORMS = frozenset(
+    "st mt ft dr mr mrs ms prof jr sr gen gov sen inc ltd co corp".split()
+)
 ARTICLES = ("the", "a", "an")
 # a clause begins: a reply's leading answer ends before these (``answer_span``)
 CLAUSE_WORDS = _stems(
@@ -191,8 +195,12 @@ def tokens(text: str) -> list[Token]:
     folded = _fold(text).replace("n't", " not")
     folded = _INITIALS.sub(lambda m: m.group(0).replace(".", "") + " ", folded)
     out = []
+    previous = ""
     for match in _TOKEN.finditer(folded):
-        piece = match.group(0)
+        piece, before = match.group(0), previous
+        previous = piece
+        if piece == "." and before.lower() in SHORT_FORMS:
+            continue
         if piece.lower() == "'s":
             out.append(Token("'s", "possessive"))
         elif piece[0].isalnum():
