@@ -36,6 +36,7 @@ def labelled() -> list[dict]:
 ACCEPTED = [
     ("Seoul, South Korea", "Seoul", [], "What is the capital of South Korea?"),
     ("the Spanish language", "Spanish", [], None),
+    ("English, spoken by most", "English language", [], None),
     ("the Republic of Ireland", "Ireland", [], None),
     ("Lagos, Nigeria, where he grew up and went to school", "Lagos", [], None),
     ("Harald V of Norway", "Harald V", [], None),

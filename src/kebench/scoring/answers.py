@@ -159,6 +159,8 @@ SHORT_FORMS = frozenset(
     "st mt ft dr mr mrs ms prof jr sr gen gov sen inc ltd co corp".split()
 )
 ARTICLES = ("the", "a", "an")
+# a language's name, said without the word: "English" for "English language"
+LANGUAGE = stem("language")
 # a clause begins: a reply's leading answer ends before these (``answer_span``)
 CLAUSE_WORDS = _stems(
     """
@@ -233,13 +235,16 @@ class _Name:
 
 def _forms(text: str, context: frozenset[str]) -> Iterable[tuple[str, ...]]:
     """The word sequences that give the answer ``text``: itself, without a leading
-    article, its first part before a qualifier ("Scranton, Pennsylvania"), and
-    without an opening word derived from the question ("Mexican peso")."""
+    article or a closing "language" ("English language"), its first part before a
+    qualifier ("Scranton, Pennsylvania"), and without an opening word derived from
+    the question ("Mexican peso")."""
     words = tuple(_words(text))
     yield words
     if words[:1] and words[0] in ARTICLES:
         words = words[1:]
         yield words
+    if len(words) > 1 and words[-1] == LANGUAGE:
+        yield words[:-1]
     if "," in text:
         yield tuple(_words(text.split(",", 1)[0]))
     if len(words) > 1 and any(
