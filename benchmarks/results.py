@@ -105,6 +105,17 @@ def headline_rows(headline: pd.DataFrame) -> list[dict]:
     return out
 
 
+def _cell(cell: dict | None) -> str:
+    """A value, its CI and what it is over: edits, and probes where a metric counts
+    probes rather than edits (a gap, the controls)."""
+    if cell is None:
+        return "–"
+    over = f"{cell['n_edits']} edits"
+    if cell["n"] != cell["n_edits"]:
+        over = f"{cell['n']} probes, {over}"
+    return f"{cell['value']:.1f} [{cell['ci'][0]:.1f}, {cell['ci'][1]:.1f}] ({over})"
+
+
 def markdown_table(rows: list[dict]) -> str:
     """The results as one markdown table: a row per method and protocol."""
     lines = [
@@ -112,15 +123,7 @@ def markdown_table(rows: list[dict]) -> str:
         "|" + "---|" * (2 + len(COLUMNS)),
     ]
     for row in rows:
-        cells = []
-        for label in COLUMNS:
-            cell = row[label]
-            cells.append(
-                "–"
-                if cell is None
-                else f"{cell['value']:.1f} [{cell['ci'][0]:.1f}, {cell['ci'][1]:.1f}]"
-                f" (n={cell['n']})"
-            )
+        cells = [_cell(row[label]) for label in COLUMNS]
         lines.append(
             f"| {row['method']} | {row['protocol']} | " + " | ".join(cells) + " |"
         )
