@@ -169,6 +169,8 @@ CLAUSE_WORDS = _stems(
     """
 )
 SENTENCE_MARKS = frozenset(".!?;")
+# words that open a clause of its own after an answer (``_hedged``)
+CLAUSE_OPENERS = _stems("which who whom whose where when while but because since")
 _TOKEN = re.compile(r"'s\b|[^\W_]+|[^\w\s'\-]", re.UNICODE)
 _INITIALS = re.compile(r"\b(?:[^\W\d_]\.){2,}", re.UNICODE)
 
@@ -425,10 +427,6 @@ def _hedged(rest: list[Token]) -> bool:
         if token.kind == "word" and token.norm in HEDGES:
             return True
     return False
-
-
-# words that open a clause of its own after an answer
-CLAUSE_OPENERS = _stems("which who whom whose where when while but because since")
 
 
 # how many words on each side of an occurrence decide whether it is copied from the

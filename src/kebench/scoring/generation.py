@@ -36,7 +36,12 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from kebench.models.loading import LoadedModel
 from kebench.schemas import ASK_CONTEXTS, GENERATIONS, UNCHANGED_TYPES
-from kebench.scoring.answers import strict_match, unchanged_answer, wild_match
+from kebench.scoring.answers import (
+    SHORT_FORMS,
+    strict_match,
+    unchanged_answer,
+    wild_match,
+)
 from kebench.scoring.logprobs import (
     PromptPass,
     encode_text,
@@ -144,10 +149,10 @@ def asked_prompts(
 
 
 # A full stop ends a sentence unless it ends an initial ("D.C.", "J. K.") or one of
-# these abbreviations ("St. Louis").
-_ABBREVIATED = frozenset(
-    "st mt ft dr mr mrs ms jr sr no co inc ltd vs etc prof gen gov sen rep rev lt col "
-    "capt sgt ave blvd rd corp bros".split()
+# these abbreviations ("St. Louis"): the reader's short forms, and more that a reply
+# may go on after
+_ABBREVIATED = SHORT_FORMS | frozenset(
+    "no vs etc rep rev lt col capt sgt ave blvd rd bros".split()
 )
 # the shortest word a full stop at the end of a text can end a sentence after
 MIN_WORD = 2
