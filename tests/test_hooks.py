@@ -1,19 +1,22 @@
 """The project's hooks: the summary a run prints at its end, the upstream pipelines a
-run makes first, and an error the user can act on as one paragraph."""
+run makes first, an error the user can act on as one paragraph, and the MLflow run's
+name, tags and dataset input."""
 
 from __future__ import annotations
 
 import logging
 
+import mlflow
 import pandas as pd
 import pytest
-from kedro.io import DataCatalog, DatasetError
+from kedro.io import DataCatalog, DatasetError, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
-from kebench.datasets import AtomicCSVDataset, AtomicTextDataset
+from kebench.datasets import AtomicCSVDataset, AtomicTextDataset, EditCasesDataset
 from kebench.editing.runner import select_methods
 from kebench.hooks import (
     LOG_FILE,
+    MlflowRunHook,
     RunError,
     RunSummaryHook,
     UpstreamOutputsHook,
@@ -172,3 +175,79 @@ def test_an_error_the_user_can_act_on_is_a_paragraph_and_others_are_not(
         _ = 1 / 0
     assert user_error(library.value, "running") is None
     assert user_error(bug.value, "running") is None
+
+
+def _tracked(tmp_path, pipeline: Pipeline, run_params: dict) -> mlflow.entities.Run:
+    """The MLflow run of a run of ``pipeline`` on the demo source, as the hook names,
+    tags and describes it (kedro-mlflow's hook starts the run before it)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    catalog = DataCatalog(
+        {
+            "params:run": MemoryDataset(
+                {"dataset": "demo", "model": "smollm2-135m", "hparams_profile": "fast"}
+            ),
+            "params:editing": MemoryDataset({"methods": "ROME+IKE"}),
+            "raw_edit_cases": EditCasesDataset(
+                "demo",
+                {
+                    "demo": {
+                        "edit_cases": {
+                            "filepath": "data/01_raw/demo/edit_cases.json",
+                            "format": "mquake",
+                            "risk": "counterfactual",
+                        }
+                    }
+                },
+            ),
+        }
+    )
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.set_experiment("hooks")
+        with mlflow.start_run() as run:
+            MlflowRunHook().before_pipeline_run(
+                run_params=run_params, pipeline=pipeline, catalog=catalog
+            )
+    finally:
+        mlflow.set_tracking_uri(None)
+    return mlflow.MlflowClient(tracking_uri=uri).get_run(run.info.run_id)
+
+
+def test_a_run_without_a_model_is_named_by_its_pipelines_and_dataset(tmp_path):
+    qa_only = Pipeline([Node(_identity, "raw_edit_cases", "probes", name="unify")])
+    run = _tracked(
+        tmp_path,
+        qa_only,
+        {
+            # Kedro passes --pipelines as a set, and str(runner)
+            "pipeline_names": ["rule_mining", "kg_build"],
+            "runner": "<kedro.runner.sequential_runner.SequentialRunner object at 0x7f3a>",
+        },
+    )
+    assert run.info.run_name == "kg_build+rule_mining · demo"
+    tags = run.data.tags
+    assert tags["runner"] == "SequentialRunner"
+    assert tags["kebench.dataset"] == "demo"
+    assert tags["kebench.pipelines"] == "kg_build+rule_mining"
+    assert not {"kebench.model", "kebench.profile", "kebench.methods"} & set(tags)
+    (edit_cases,) = run.inputs.dataset_inputs
+    assert edit_cases.dataset.name == "demo"
+    assert edit_cases.dataset.source_type == "local"
+    assert edit_cases.dataset.source == '{"uri": "data/01_raw/demo/edit_cases.json"}'
+    assert [(t.key, t.value) for t in edit_cases.tags] == [
+        ("mlflow.data.context", "edit_cases")
+    ]
+
+
+def test_a_run_of_a_model_is_named_by_its_model_and_profile_too(tmp_path):
+    evaluation = Pipeline([Node(_identity, "model", "metrics", name="evaluate")])
+    # a session run with no runner given runs Kedro's SequentialRunner
+    run = _tracked(tmp_path, evaluation, {"pipeline_names": None, "runner": "None"})
+    assert run.info.run_name == "__default__ · demo · smollm2-135m · fast"
+    assert {
+        "runner": "SequentialRunner",
+        "kebench.model": "smollm2-135m",
+        "kebench.profile": "fast",
+        "kebench.methods": "ROME+IKE",
+        "kebench.pipelines": "__default__",
+    }.items() <= run.data.tags.items()

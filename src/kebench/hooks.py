@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import logging
 import pkgutil
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -209,47 +212,110 @@ class UserErrorHook:
 # table, not on the GenAI overview
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 TAG_PREFIX = "kebench."
+# the catalog entries of the model under test and of the run's edit cases
+MODEL_DATASET = "model"
+EDIT_CASES_DATASET = "raw_edit_cases"
 
 
 def run_tags(
-    what: dict[str, str], methods: str, pipelines: list[str] | None
+    what: dict[str, str], methods: str, pipelines: list[str] | None, used_model: bool
 ) -> dict[str, str]:
-    """The tags a run is filtered and grouped by: dataset, model, profile, methods and
-    the pipelines it ran."""
-    return {
+    """The tags a run is filtered and grouped by: dataset and the pipelines it ran,
+    and where it ran a model, the model, profile and methods."""
+    tags = {
         f"{TAG_PREFIX}dataset": str(what["dataset"]),
-        f"{TAG_PREFIX}model": str(what["model"]),
-        f"{TAG_PREFIX}profile": str(what["hparams_profile"]),
-        f"{TAG_PREFIX}methods": str(methods),
-        f"{TAG_PREFIX}pipelines": ",".join(pipelines or ["__default__"]),
+        f"{TAG_PREFIX}pipelines": pipelines_label(pipelines),
     }
+    if used_model:
+        tags |= {
+            f"{TAG_PREFIX}model": str(what["model"]),
+            f"{TAG_PREFIX}profile": str(what["hparams_profile"]),
+            f"{TAG_PREFIX}methods": str(methods),
+        }
+    return tags
+
+
+def pipelines_label(pipelines: list[str] | None) -> str:
+    """The pipelines a run named, sorted (Kedro passes ``--pipelines`` as a set)."""
+    return "+".join(sorted(pipelines or ["__default__"]))
+
+
+def mlflow_run_name(
+    what: dict[str, str], pipelines: list[str] | None, used_model: bool
+) -> str:
+    """What a run did: its pipelines and dataset, and the model and profile where it
+    ran a model (``evaluation · demo · smollm2-135m · fast``; ``kg_build · demo``)."""
+    # imported here: settings load this module for every kedro command
+    from kebench.scoring.report import run_name  # noqa: PLC0415
+
+    measured = run_name(what) if used_model else str(what["dataset"])
+    return f"{pipelines_label(pipelines)} · {measured}"
+
+
+def runner_name(runner: str | None) -> str:
+    """The runner's class name. Kedro's run_params hold ``str(runner)``: an object's
+    repr from `kedro run`, ``None`` where a session ran its default runner."""
+    if runner in (None, "None"):
+        return SequentialRunner.__name__
+    found = re.fullmatch(r"<([\w.]+) object at 0x[0-9a-fA-F]+>", runner)
+    return found.group(1).rpartition(".")[2] if found else runner
+
+
+def edit_cases_inputs(catalog: DataCatalog, dataset: str) -> list[Any]:
+    """The run's edit-case files as MLflow dataset inputs, named by the dataset
+    source, for the runs table's Dataset column."""
+    # imported here: settings load this module for every kedro command
+    from mlflow.entities import Dataset, DatasetInput, InputTag  # noqa: PLC0415
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT  # noqa: PLC0415
+
+    filepath = catalog.get(EDIT_CASES_DATASET)._describe()["filepath"]
+    files = [filepath] if isinstance(filepath, str) else list(filepath)
+    inputs = []
+    for file in files:
+        source = json.dumps({"uri": str(file)})
+        digest = hashlib.sha256(f"{dataset}\n{source}".encode()).hexdigest()[:8]
+        inputs.append(
+            DatasetInput(
+                Dataset(dataset, digest, source_type="local", source=source),
+                tags=[InputTag(MLFLOW_DATASET_CONTEXT, "edit_cases")],
+            )
+        )
+    return inputs
 
 
 class MlflowRunHook:
-    """Name the run's MLflow run by what it measured and tag it (``run_name``,
-    ``run_tags``); open the experiment on its runs table. The methods' child runs
+    """Name the run's MLflow run by what it did and tag it (``mlflow_run_name``,
+    ``run_tags``), with the runner's class name and the edit cases as its dataset
+    input; open the experiment on its runs table. The methods' child runs
     (``MlflowMethodMetricsDataset``) are named by method and carry the same tags."""
 
-    # last: kedro-mlflow's own hook starts the run first
+    # last: kedro-mlflow's own hook starts the run (and tags it with run_params) first
     @hook_impl(trylast=True)
     def before_pipeline_run(
-        self, run_params: dict[str, Any], catalog: DataCatalog
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> None:
         # imported here: settings load this module for every kedro command
         import mlflow  # noqa: PLC0415
-
-        from kebench.scoring.report import run_name  # noqa: PLC0415
 
         run = mlflow.active_run()
         if run is None:
             return
         what = catalog.load("params:run")
         methods = catalog.load("params:editing")["methods"]
-        tags = run_tags(what, methods, run_params.get("pipeline_names"))
-        mlflow.set_tags({"mlflow.runName": run_name(what), **tags})
-        mlflow.MlflowClient().set_experiment_tag(
-            run.info.experiment_id, *EXPERIMENT_KIND
+        pipelines = run_params.get("pipeline_names")
+        used_model = MODEL_DATASET in pipeline.inputs()
+        mlflow.set_tags(
+            {
+                "mlflow.runName": mlflow_run_name(what, pipelines, used_model),
+                "runner": runner_name(run_params.get("runner")),
+                **run_tags(what, methods, pipelines, used_model),
+            }
         )
+        client = mlflow.MlflowClient()
+        client.log_inputs(
+            run.info.run_id, datasets=edit_cases_inputs(catalog, what["dataset"])
+        )
+        client.set_experiment_tag(run.info.experiment_id, *EXPERIMENT_KIND)
 
 
 # what a person opens after a run: the reports and the plots

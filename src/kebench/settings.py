@@ -11,6 +11,11 @@ from kebench.hooks import (
     UserErrorHook,
 )
 from kebench.models.registry import output_key
+from kebench.third_party_warnings import route_third_party_warnings
+
+# every kedro command and `kebench edits` import these settings before they read the
+# configuration, where Kedro's OmegaConf calls warn of their own deprecation
+route_third_party_warnings()
 
 HOOKS = (UpstreamOutputsHook(), MlflowRunHook(), RunSummaryHook(), UserErrorHook())
 

@@ -86,15 +86,19 @@ def test_the_run_logs_params_metrics_and_artifacts(tracked_project):
     } <= set(run.data.metrics)
     params = run.data.params
     assert params["evaluation.methods"] == "ROME+IKE" and params["model"] == MODEL
-    # named and tagged by what it measured; the experiment opens on its runs table
-    assert run.info.run_name == f"demo · {MODEL} · fast"
+    # named and tagged by what it did; the experiment opens on its runs table
+    assert run.info.run_name == f"evaluation · demo · {MODEL} · fast"
     assert {
         "kebench.dataset": "demo",
         "kebench.model": MODEL,
         "kebench.profile": "fast",
         "kebench.methods": "ROME+IKE",
         "kebench.pipelines": "evaluation",
+        "runner": "SequentialRunner",
     }.items() <= run.data.tags.items()
+    (edit_cases,) = run.inputs.dataset_inputs
+    assert edit_cases.dataset.name == "demo"
+    assert edit_cases.dataset.source.endswith('data/01_raw/demo/edit_cases.json"}')
     experiment = client.get_experiment_by_name("kebench")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert params["hparams.ROME.layers"] == "[5]"
@@ -197,7 +201,8 @@ def page_text(dom: str) -> str:
     CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
 )
 def test_a_browser_shows_the_runs_by_name_and_compares_two_methods(mlflow_ui, tmp_path):
-    """The runs table names the run by dataset, model and profile; comparing the two
+    """The runs table names the run by pipeline, dataset, model and profile, with its
+    dataset; the run's page shows the runner by its class name; comparing the two
     methods' child runs shows the headline metric side by side, with their tags."""
     api, experiment, runs = mlflow_ui
     ui = api.removesuffix("/api/2.0/mlflow")
@@ -219,7 +224,18 @@ def test_a_browser_shows_the_runs_by_name_and_compares_two_methods(mlflow_ui, tm
             "--dump-dom",
         )
     )
-    assert f"demo · {MODEL} · fast" in table
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in tags_of(r)]
+    page = page_text(
+        headless_chromium(
+            f"{ui}/#/experiments/{experiment}/runs/{parent['info']['run_id']}",
+            tmp_path / "profile-run",
+            "--dump-dom",
+        )
+    )
+    # the row: name, then age, then the Dataset column (name, digest, context)
+    name = re.escape(f"evaluation · demo · {MODEL} · fast")
+    assert re.search(rf"{name} .*? demo \(\w{{8}}\) edit_cases", table)
+    assert "runner : SequentialRunner" in page
     assert "Comparing 2 Runs" in compare
     assert "Run Name: ROME IKE" in compare
     assert "evaluation.counterfactual.direct.edit_succ" in compare
