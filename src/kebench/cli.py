@@ -255,6 +255,122 @@ def edits_command(file: str, edit_format: str, risk: str) -> None:
             click.echo(json.dumps({kind: record}, ensure_ascii=False))
 
 
+EXPORT_TABLES = (
+    "probes",
+    "premise_probes",
+    "entailed_facts",
+    "entailed_questions",
+    "edit_requests",
+)
+
+
+@cli.command("export")
+@click.argument("source")
+@click.option(
+    "--format",
+    "export_format",
+    type=click.Choice(["knowedit", "rippleedits", "hf"]),
+    required=True,
+    help="knowedit or rippleedits: a JSON file; hf: a Hugging Face dataset folder.",
+)
+@click.option(
+    "--out",
+    type=click.Path(),
+    required=True,
+    help="The JSON file (knowedit, rippleedits) or the folder (hf) to write.",
+)
+@click.option(
+    "--risk",
+    "risks",
+    multiple=True,
+    type=click.Choice(["benign_update", "counterfactual", "misinformation", "bias"]),
+    help="Only the probes of this risk (repeat for several). Default: every risk.",
+)
+@click.option(
+    "--data-root",
+    type=click.Path(file_okay=False),
+    help="The folder whose data/ holds the run's outputs. Default: the project's.",
+)
+def export_command(
+    source: str,
+    export_format: str,
+    out: str,
+    risks: tuple[str, ...],
+    data_root: str | None,
+) -> None:
+    """Export the probes of dataset SOURCE for other tools (docs/export.md), once
+    `kedro run --pipelines=kg_build,rule_mining,qa_generation,risk_unification
+    --params dataset=SOURCE` has made them. A provenance file goes beside the JSON
+    formats (<name>.meta.json); the hf folder holds a dataset card (README.md).
+    """
+    import contextlib  # noqa: PLC0415 - keeps --help fast
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from kebench import __version__  # noqa: PLC0415
+    from kebench.kg.edit_cases import RelationCatalog  # noqa: PLC0415
+    from kebench.qa.export import (  # noqa: PLC0415
+        ExportError,
+        ExportProvenance,
+        ExportTables,
+        licences,
+        probe_rows,
+        write_export,
+    )
+
+    with contextlib.redirect_stdout(sys.stderr):
+        from kebench.project import (  # noqa: PLC0415
+            PROJECT_ROOT,
+            load_config,
+            project_catalog,
+        )
+    _log_to_stderr()
+    config = load_config({"dataset": source})
+    sources = config["globals"]["sources"]
+    if source not in sources:
+        raise click.UsageError(
+            f"unknown dataset source {source!r}; known: {', '.join(sorted(sources))}"
+        )
+    catalog = project_catalog({"dataset": source}, Path(data_root or PROJECT_ROOT))
+    missing = [name for name in EXPORT_TABLES if not catalog.exists(name)]
+    if missing:
+        raise click.ClickException(
+            f"no {', '.join(missing)} for {source} under {data_root or PROJECT_ROOT}: "
+            "run `kedro run --pipelines=kg_build,rule_mining,qa_generation,"
+            f"risk_unification --params dataset={source}` first"
+        )
+    params = config["parameters"]
+    tables = ExportTables(*(catalog.load(name) for name in EXPORT_TABLES))
+    chosen = list(risks) or sorted(tables.probes["risk"].unique())
+    spec = sources[source]
+    provenance = ExportProvenance(
+        kebench_version=__version__,
+        source=source,
+        source_spec=spec,
+        risks=chosen,
+        format=export_format,
+        command=" ".join(
+            [
+                "kebench export",
+                source,
+                f"--format {export_format} --out {out}",
+                *(f"--risk {risk}" for risk in risks),
+            ]
+        ),
+        parameters={name: params[name] for name in params["export"]["parameters"]},
+        licences=licences(spec, chosen, params["export"]["injection_licence"]),
+    )
+    relations = RelationCatalog.from_config(
+        params["relations"], params["rippleedits_relations"]
+    )
+    try:
+        rows = probe_rows(tables, chosen)
+        summary = write_export(rows, export_format, Path(out), provenance, relations)
+    except ExportError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(json.dumps(summary, ensure_ascii=False))
+
+
 STATS_DIR_OPTION = click.option(
     "--stats-dir",
     type=click.Path(file_okay=False),

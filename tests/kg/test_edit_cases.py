@@ -743,3 +743,38 @@ def test_rippleedits_tests_become_probes():
     # condition queries are not probes
     assert len(probes) == 6  # noqa: PLR2004
     assert set(probes["style"]) == {"as_is"}
+
+
+def test_rippleedits_relation_named_by_its_wikidata_id_reads_with_kebench_prompt():
+    # P159 is not in RippleEdits' table: `kebench export` names it by its id and
+    # phrases it with relations.yml's prompt, which the reader knows from one record
+    record = {
+        "example_type": "random",
+        "edit": {
+            "prompt": "The headquarters of Acme Corp is located in the city of Lyon.",
+            "subject_id": "Acme",
+            "relation": "P159",
+            "target_id": "Lyon",
+            "original_fact": {
+                "prompt": "The headquarters of Acme Corp is located in the city of "
+                "Paris.",
+                "subject_id": "Acme",
+                "relation": "P159",
+                "target_id": "Paris",
+            },
+        },
+    }
+    cases = RawEditCases("x", "rippleedits", "counterfactual", "x.json", [record])
+    (row,) = parse_edit_cases(cases, RIPPLE_RELATIONS).to_dict("records")
+    assert (row["subject"], row["target_true"], row["target_new"]) == (
+        "Acme Corp",
+        "Paris",
+        "Lyon",
+    )
+    assert (row["relation_id"], row["relation_label"]) == (
+        "P159",
+        "headquarters location",
+    )
+    assert RIPPLE_RELATIONS.ripple_phrase("P159")[0] == "P159"
+    assert RIPPLE_RELATIONS.ripple_phrase("P36")[0] == "CAPITAL"
+    assert RIPPLE_RELATIONS.ripple_phrase("P999999") is None

@@ -115,21 +115,27 @@ class RippleRelation:
     phrase: RelationPhrase
 
 
+def _phrase(text: str, where: str) -> RelationPhrase:
+    """The phrase of a cloze with ``{}`` for the subject, once, and text after it."""
+    before, subject, after = text.partition("{}")
+    # text after the subject is what tells the subject from the target
+    if not subject or "{}" in after or not after.strip():
+        raise ValueError(
+            f"{where}: phrase {text!r} must hold {{}} (the subject) once, with text "
+            "after it"
+        )
+    return RelationPhrase(before, after)
+
+
 def _ripple_table(table: Mapping[str, Mapping[str, Any]]) -> dict[str, RippleRelation]:
     """``rippleedits_relations``: ``{CAPITAL: {wikidata: P36, phrase: "... {} is"}}``."""
-    relations = {}
-    for name, spec in table.items():
-        before, subject, after = str(spec["phrase"]).partition("{}")
-        # text after the subject is what tells the subject from the target
-        if not subject or "{}" in after or not after.strip():
-            raise ValueError(
-                f"rippleedits_relations.{name}: phrase {spec['phrase']!r} must hold "
-                "{} (the subject) once, with text after it"
-            )
-        relations[name] = RippleRelation(
-            spec.get("wikidata"), RelationPhrase(before, after)
+    return {
+        name: RippleRelation(
+            spec.get("wikidata"),
+            _phrase(str(spec["phrase"]), f"rippleedits_relations.{name}"),
         )
-    return relations
+        for name, spec in table.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,34 @@ class RelationCatalog:
     labels: dict[str, str]
     by_prompt: dict[str, str]
     ripple: dict[str, RippleRelation]
+
+    def ripple_phrase(self, relation_id: str) -> tuple[str, RelationPhrase] | None:
+        """How a RippleEdits file names and phrases relation ``relation_id`` (a
+        Wikidata id): RippleEdits' own name and phrase where its table has the
+        relation, else the id itself with the relation's first kebench prompt (which
+        the reader reads back: ``_ripple_phrases_of``); None where neither knows it."""
+        for name, known in self.ripple.items():
+            if known.wikidata == relation_id:
+                return name, known.phrase
+        prompt = next(
+            (p for p, rid in self.by_prompt.items() if rid == relation_id), None
+        )
+        if prompt is None:
+            return None
+        try:
+            return relation_id, _phrase(prompt, f"relations.{relation_id}.prompts")
+        except ValueError:  # a prompt that ends with its subject phrases no edit
+            return None
+
+    def own_phrases(self) -> dict[str, RelationPhrase]:
+        """The phrases of the relations an export names by their Wikidata id (those
+        ``ripple_phrase`` finds outside RippleEdits' table)."""
+        found = (self.ripple_phrase(rid) for rid in set(self.by_prompt.values()))
+        return {
+            name: phrase
+            for name, phrase in filter(None, found)
+            if name not in self.ripple
+        }
 
     @classmethod
     def from_config(
@@ -161,10 +195,11 @@ class RelationCatalog:
         return self.labels.get(relation_id, relation_id)
 
     def ripple_label(self, name: str) -> str:
-        """A RippleEdits relation's label: that of its Wikidata id where ``labels``
-        has it (as other datasets name it), else its name in words."""
+        """A RippleEdits relation's label: that of its Wikidata id (or of the name
+        itself, a Wikidata id) where ``labels`` has it, as other datasets name it;
+        else its name in words."""
         known = self.ripple.get(name)
-        wikidata = known.wikidata if known is not None else None
+        wikidata = known.wikidata if known is not None else name
         return self.labels.get(wikidata or "", name.lower().replace("_", " "))
 
 
@@ -504,9 +539,13 @@ def _ripple_phrases_of(
     raw: RawEditCases, relations: RelationCatalog
 ) -> dict[str, RelationPhrase]:
     """The phrase of each relation of a RippleEdits source: the table's
-    (``relations.ripple``), else learnt from all of its records (``ripple_phrases``)."""
-    table = {name: known.phrase for name, known in relations.ripple.items()}
-    return ripple_phrases(raw.records, known=table) | table
+    (``relations.ripple``), else kebench's own prompt of a relation named by its
+    Wikidata id (as ``kebench export`` names those outside the table), else learnt
+    from all of its records (``ripple_phrases``)."""
+    known = relations.own_phrases() | {
+        name: relation.phrase for name, relation in relations.ripple.items()
+    }
+    return ripple_phrases(raw.records, known=known) | known
 
 
 def _rippleedits_reader(raw: RawEditCases, relations: RelationCatalog) -> RowReader:

@@ -51,7 +51,7 @@ def backward_answers(kg_triples: pd.DataFrame) -> dict[tuple[str, str], list[str
     return {key: list(dict.fromkeys(labels)) for key, labels in grouped}
 
 
-def _entailed_fact_ids(
+def entailed_fact_ids(
     probes: pd.DataFrame, entailed_questions: pd.DataFrame
 ) -> pd.Series:
     """The ``entailed_facts.fact_id`` of each entailed probe (its cloze and answer)."""
@@ -108,7 +108,7 @@ def premise_probes(  # noqa: PLR0913 - the tables a premise is read from, and se
         )
     facts = entailed_facts.set_index("fact_id")
     case_of = probes.set_index("probe_id")["case_id"]
-    fact_ids = _entailed_fact_ids(probes, entailed_questions).dropna()
+    fact_ids = entailed_fact_ids(probes, entailed_questions).dropna()
     answers_of = backward_answers(kg_triples)
     for probe_id, fact_id in fact_ids.items():
         chain = json.loads(facts.at[fact_id, "chain"])
