@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.editing.nodes import (
     compute_edit_deltas,
     describe_edit_hparams,
@@ -14,7 +15,8 @@ def create_pipeline(**kwargs) -> Pipeline:
     """hparams files + the model's architecture -> edit_hparams; probes (the direct
     ones; every one's KG fact, with entailed_facts, for IKE), model, edit_hparams ->
     edit_deltas + edit_manifest."""
-    return Pipeline(
+    return namespaced(
+        "editing",
         [
             Node(
                 func=resolve_edit_hparams,
@@ -54,5 +56,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="edit_manifest",
                 name="tabulate_edit_deltas",
             ),
-        ]
+        ],
     )

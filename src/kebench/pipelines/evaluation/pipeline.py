@@ -2,7 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from kebench.pipelines import editing
+from kebench.pipelines import editing, namespaced
 from kebench.pipelines.evaluation.nodes import (
     build_report,
     collect_counterfact_scores,
@@ -32,7 +32,8 @@ def create_pipeline(**kwargs) -> Pipeline:
     probes + model + stored deltas -> probe score shards -> probe_scores -> metrics,
     report, MLflow. One `kedro run --pipelines=evaluation --params model=...` edits
     what it needs and evaluates it."""
-    return editing.create_pipeline() + Pipeline(
+    return editing.create_pipeline() + namespaced(
+        "evaluation",
         [
             Node(
                 func=select_edits,
@@ -267,5 +268,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="tracked_metrics",
                 name="track_metrics",
             ),
-        ]
+        ],
     )

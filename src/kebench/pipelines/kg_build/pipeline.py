@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.kg_build.nodes import (
     attach_entity_uris,
     export_amie_triples,
@@ -20,7 +21,8 @@ from kebench.pipelines.kg_build.nodes import (
 def create_pipeline(**kwargs) -> Pipeline:
     """Edit cases -> edit_requests, entity_links, kg_triples (+ AMIE TSV,
     N-Triples), entity_aliases, entity_types and the KG's own axioms."""
-    return Pipeline(
+    return namespaced(
+        "kg_build",
         [
             Node(
                 func=parse_edit_requests,
@@ -106,5 +108,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="kg_coverage",
                 name="report_kg_coverage",
             ),
-        ]
+        ],
     )

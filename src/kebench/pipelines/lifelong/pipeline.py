@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.editing.pipeline import create_pipeline as editing_pipeline
 from kebench.pipelines.lifelong.nodes import (
     build_lifelong_report,
@@ -19,9 +20,10 @@ def create_pipeline(**kwargs) -> Pipeline:
     lifelong_stream; the stream, model, hparams and general sets ->
     stored deltas and checkpoints -> outcomes and model measures -> curves, collapse
     table, report, plot, MLflow."""
-    shared = editing_pipeline().only_nodes("resolve_edit_hparams")
-    shared += stealthiness_pipeline().only_nodes("build_general_sets")
-    return shared + Pipeline(
+    shared = editing_pipeline().only_nodes("editing.resolve_edit_hparams")
+    shared += stealthiness_pipeline().only_nodes("stealthiness.build_general_sets")
+    return shared + namespaced(
+        "lifelong",
         [
             Node(
                 func=plan_lifelong_stream,
@@ -73,5 +75,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="lifelong_tracked_metrics",
                 name="track_lifelong_metrics",
             ),
-        ]
+        ],
     )

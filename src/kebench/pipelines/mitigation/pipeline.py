@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.editing.nodes import tabulate_edit_deltas
 from kebench.pipelines.mitigation.nodes import (
     audit_tampering,
@@ -20,7 +21,8 @@ from kebench.pipelines.mitigation.nodes import (
 def create_pipeline(**kwargs) -> Pipeline:
     """stored edits + entailed facts + probes -> mitigated_deltas, mitigation_metrics,
     tamper_audit, report, plots, MLflow."""
-    return Pipeline(
+    return namespaced(
+        "mitigation",
         [
             Node(
                 func=select_mitigation_edits,
@@ -150,5 +152,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="mitigation_tracked_metrics",
                 name="track_mitigation_metrics",
             ),
-        ]
+        ],
     )

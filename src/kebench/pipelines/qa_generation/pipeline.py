@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.qa_generation.nodes import (
     derive_consequences,
     merge_axioms,
@@ -13,7 +14,8 @@ from kebench.pipelines.qa_generation.nodes import (
 def create_pipeline(**kwargs) -> Pipeline:
     """edit_requests + rules_for_qa + kg_triples + the vocabulary's axioms ->
     entailed_facts (deductive and inductive tiers) -> entailed_questions."""
-    return Pipeline(
+    return namespaced(
+        "qa_generation",
         [
             Node(
                 func=merge_axioms,
@@ -55,5 +57,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="qa_report",
                 name="merge_qa_reports",
             ),
-        ]
+        ],
     )

@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.risk_unification.nodes import (
     collect_counterfact_prompts,
     collect_dataset_probes,
@@ -19,7 +20,8 @@ from kebench.pipelines.risk_unification.nodes import (
 
 def create_pipeline(**kwargs) -> Pipeline:
     """All test sources -> probes (+ a summary of counts)."""
-    return Pipeline(
+    return namespaced(
+        "risk_unification",
         [
             Node(
                 func=collect_edit_probes,
@@ -132,5 +134,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="probe_summary",
                 name="summarise_probes",
             ),
-        ]
+        ],
     )

@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.rule_mining.nodes import (
     filter_rules_for_qa,
     format_amie_rules,
@@ -11,7 +12,8 @@ from kebench.pipelines.rule_mining.nodes import (
 
 def create_pipeline(**kwargs) -> Pipeline:
     """kg_triples (AMIE form) -> rules (+ AMIE output) -> rules_for_qa."""
-    return Pipeline(
+    return namespaced(
+        "rule_mining",
         [
             Node(
                 func=mine_kg_rules,
@@ -31,5 +33,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs=["rules_for_qa", "rule_filter_report"],
                 name="filter_rules_for_qa",
             ),
-        ]
+        ],
     )

@@ -2,6 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
+from kebench.pipelines import namespaced
 from kebench.pipelines.stealthiness.nodes import (
     build_general_sets,
     build_stealth_report,
@@ -17,7 +18,8 @@ from kebench.pipelines.stealthiness.nodes import (
 
 def create_pipeline(**kwargs) -> Pipeline:
     """stored deltas + general sets + probe_scores -> stealth_scores, table, MLflow."""
-    return Pipeline(
+    return namespaced(
+        "stealthiness",
         [
             Node(
                 func=select_stealth_edits,
@@ -119,5 +121,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="stealth_tracked_metrics",
                 name="track_stealth_metrics",
             ),
-        ]
+        ],
     )
