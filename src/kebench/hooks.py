@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from kedro.framework.hooks import hook_impl
@@ -24,6 +24,9 @@ from pandera.errors import SchemaError, SchemaErrors
 import kebench
 import kebench.pipelines
 from kebench.pipelines import NOT_IN_DEFAULT
+
+if TYPE_CHECKING:
+    from mlflow.entities import DatasetInput
 
 logger = logging.getLogger(__name__)
 # conf/logging.yml sends this logger to the log file only: the traceback of an error
@@ -261,7 +264,7 @@ def runner_name(runner: str | None) -> str:
     return found.group(1).rpartition(".")[2] if found else runner
 
 
-def edit_cases_inputs(catalog: DataCatalog, dataset: str) -> list[Any]:
+def edit_cases_inputs(catalog: DataCatalog, dataset: str) -> list[DatasetInput]:
     """The run's edit-case files as MLflow dataset inputs, named by the dataset
     source, for the runs table's Dataset column."""
     # imported here: settings load this module for every kedro command
@@ -273,6 +276,7 @@ def edit_cases_inputs(catalog: DataCatalog, dataset: str) -> list[Any]:
     inputs = []
     for file in files:
         source = json.dumps({"uri": str(file)})
+        # of the file's name, as MLflow's MetaDataset: no multi-MB read before a run
         digest = hashlib.sha256(f"{dataset}\n{source}".encode()).hexdigest()[:8]
         inputs.append(
             DatasetInput(
