@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import pytest
 
@@ -9,10 +11,13 @@ from kebench.scoring.context import PromptContext
 from kebench.scoring.evaluate import (
     ScoringSettings,
     greedy_answers,
+    plan_shards,
     require_scored,
     score_pass,
+    stored_shard_plan,
 )
 from kebench.scoring.generation import GenerationSettings, generate_answers
+from tests.compute.test_engine import manifest
 from tests.scoring.test_generation import greedy_by_hand
 from tests.scoring.test_logprobs import plain_logprob
 
@@ -85,7 +90,9 @@ def test_edits_the_evaluation_did_not_score_are_refused_by_name():
         {"method": ["ROME", "IKE", "unedited"], "case_id": ["c1", "c1", "c2"]}
     )
     with pytest.raises(
-        ValueError, match=r"^stealthiness\.n_edits picks .*\(ROME: c2 \(1\)\)"
+        ValueError,
+        match=r"^stealthiness\.n_edits picks .*\(ROME: c2 \(1\)\).*"
+        r"--params=method=ROME,n_edits=",
     ):
         require_scored(edits, scores, "stealthiness.n_edits")
     require_scored(edits[edits["case_id"] != "c2"], scores, "stealthiness.n_edits")
@@ -164,3 +171,68 @@ def test_gen_answers_are_the_first_line_of_eight_greedy_tokens(lm):
         kept = tokens[:-1] if lm.tokenizer.eos_token_id in tokens else tokens
         text = lm.tokenizer.decode(kept, skip_special_tokens=True)
         assert answer == text.strip().split("\n")[0]
+
+
+def stored_shards(plan: pd.DataFrame) -> dict[str, Callable[[], pd.DataFrame]]:
+    """Each shard of ``plan`` as the store loads it: two probe rows per case."""
+    return {
+        key: lambda rows=rows: pd.DataFrame({"case_id": rows["case_id"].repeat(2)})
+        for key, rows in plan.groupby("shard")
+    }
+
+
+def found_shards(found: pd.DataFrame) -> list[list[str]]:
+    """The cases found in each stored shard, sorted."""
+    return sorted(found.groupby("shard")["case_id"].agg(sorted))
+
+
+def test_stored_scores_are_found_per_edit_whatever_run_cut_the_shards():
+    """Issue 49: a run of ROME's five edits stored shards of two. A later run of two
+    of them plans other keys, so it would not find them; every edit is still found in
+    the shard that holds it, and only while that shard is current."""
+    rome = manifest("ROME", "single", 5)
+    salt = {"batch_size": 16}
+    content = dict.fromkeys(rome["case_id"], "v1")
+    stored = stored_shards(plan_shards(rome, 2, salt, content=content))
+    later = plan_shards(rome[rome["case_id"].isin(["ROME-1", "ROME-2"])], 2, salt)
+    assert not set(later["shard"]) & set(stored)
+    by_hand = [["ROME-0", "ROME-1"], ["ROME-2", "ROME-3"], ["ROME-4"]]
+    found = stored_shard_plan(rome, stored, salt, content=content)
+    assert found_shards(found) == by_hand
+    assert found.drop(columns="shard").equals(rome)
+    # the later run's shard stored too: ROME-1 and ROME-2 are found once each
+    both = stored | stored_shards(plan_shards(later, 2, salt, content=content))
+    twice = stored_shard_plan(rome, both, salt, content=content)
+    assert sorted(twice["case_id"]) == sorted(rome["case_id"])
+    # stale: other settings; new probes of ROME-3; ROME-4 edited again; ROME-4 gone
+    assert stored_shard_plan(rome, stored, {"batch_size": 8}, content=content).empty
+    new_probes = content | {"ROME-3": "v2"}
+    assert found_shards(stored_shard_plan(rome, stored, salt, content=new_probes)) == [
+        ["ROME-0", "ROME-1"],
+        ["ROME-4"],
+    ]
+    redone = rome.assign(fingerprint=rome["fingerprint"].replace("fp-ROME-4", "new"))
+    for edits in (redone, rome.iloc[:4]):
+        found = stored_shard_plan(edits, stored, salt, content=content)
+        assert found_shards(found) == by_hand[:2]
+
+
+def test_a_stored_shard_of_a_batch_or_a_sequential_run_is_found_whole():
+    """A batch's cases share their delta; a sequential run's cases see all of it: a
+    shard that a run of only the first two sequential edits stored is not current for
+    the run of three that the store now holds."""
+    memit = manifest("MEMIT", "batch", 6, batch=3)
+    ft = manifest("FT-L", "sequential", 3)
+    edits = pd.concat([memit, ft], ignore_index=True)
+    stored = stored_shards(plan_shards(edits, 2))
+    found = stored_shard_plan(edits, stored)
+    assert found_shards(found) == [
+        ["FT-L-0", "FT-L-1"],
+        ["FT-L-2"],
+        ["MEMIT-0", "MEMIT-1", "MEMIT-2"],
+        ["MEMIT-3", "MEMIT-4", "MEMIT-5"],
+    ]
+    partial = stored_shards(plan_shards(ft.iloc[:2], 2))
+    assert stored_shard_plan(ft, partial).empty
+    # a shard is read for its own method and mode only
+    assert stored_shard_plan(ft.assign(method="FT-M"), stored).empty

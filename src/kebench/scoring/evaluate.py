@@ -568,10 +568,11 @@ def require_scored(
         f"{' ...' if len(cases) > NAMED_CASES else ''} ({len(cases)})"
         for method, cases in missing.groupby("method")["case_id"].agg(list).items()
     )
+    methods = "+".join(sorted(set(missing["method"])))
     raise ValueError(
         f"{parameter} picks edits the evaluation did not score ({unscored}): run the "
         "evaluation pipeline with an editing.n_edits that covers them "
-        "(kedro run --pipelines=evaluation --params=n_edits=...)"
+        f"(kedro run --pipelines=evaluation --params=method={methods},n_edits=...)"
     )
 
 
@@ -598,30 +599,86 @@ def plan_shards(
     parts = []
     for (method, mode), rows in edits.groupby(["method", "mode"], sort=True):
         ordered = rows.sort_values("order")
-        if mode == "sequential":  # every case sees every delta
-            groups = (
-                [ordered.iloc[[i]] for i in range(len(ordered))]
-                if split_sequential
-                else [ordered]
-            )
-            applied = list(ordered["fingerprint"])
-        else:
-            groups = [g for _, g in ordered.groupby("delta_file", sort=False)]
-            applied = []
+        applied = _applied(ordered)
         shards: list[list[pd.DataFrame]] = [[]]
-        for group in groups:
+        for group in _shard_groups(ordered, split_sequential=split_sequential):
             if sum(len(g) for g in shards[-1]) >= shard_size:
                 shards.append([])
             shards[-1].append(group)
         for index, shard in enumerate(shards):
             part = pd.concat(shard)
-            cases = [(content or {}).get(case) for case in part["case_id"]]
-            digest = fingerprint(list(part["fingerprint"]), cases, applied, *salt)
-            parts.append(
-                part.assign(shard=f"{method}/{mode}/{index:04d}-{digest[:12]}")
-            )
+            digest = _shard_digest(part, applied, salt, content)
+            parts.append(part.assign(shard=f"{method}/{mode}/{index:04d}-{digest}"))
     if not parts:
         return edits.assign(shard=pd.Series(dtype=str))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _applied(ordered: pd.DataFrame) -> list[str]:
+    """The fingerprints of the deltas every case of one method and mode sees besides
+    its own group's: a sequential run's, in order (``ordered``: its planned rows)."""
+    return (
+        list(ordered["fingerprint"]) if ordered["mode"].iloc[0] == "sequential" else []
+    )
+
+
+def _shard_groups(
+    ordered: pd.DataFrame, *, split_sequential: bool = True
+) -> list[pd.DataFrame]:
+    """The groups of ``ordered`` (one method and mode, by order) a shard never splits:
+    the cases of one delta; a sequential run's cases one by one, or all together."""
+    if ordered["mode"].iloc[0] != "sequential":
+        return [g for _, g in ordered.groupby("delta_file", sort=False)]
+    if split_sequential:
+        return [ordered.iloc[[i]] for i in range(len(ordered))]
+    return [ordered]
+
+
+def _shard_digest(
+    part: pd.DataFrame,
+    applied: list[str],
+    salt: tuple[object, ...],
+    content: Mapping[str, str] | None,
+) -> str:
+    """The hash in a shard's key: its edits, what is scored of its cases, the deltas
+    they also see and the settings."""
+    cases = [(content or {}).get(case) for case in part["case_id"]]
+    return fingerprint(list(part["fingerprint"]), cases, applied, *salt)[:12]
+
+
+def stored_shard_plan(
+    edits: pd.DataFrame,
+    stored: Mapping[str, Callable[[], pd.DataFrame]],
+    *salt: object,
+    content: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """The ``edits`` (ok manifest rows: every stored edit of their methods and modes)
+    whose current results a stored shard holds, with its key in a ``shard`` column.
+
+    Which edits a run shards together depends on what it selected, so a later run that
+    selects other edits plans other keys; a stored shard (``stored``: key -> loader of
+    rows with ``case_id``) is still current when ``plan_shards`` gives its own cases
+    the same hash today: the same edits (in a sequential run, the same whole run: all
+    of ``edits`` of it), the same ``content`` of its cases and the same ``salt``. An
+    edit that several current shards hold (runs that cut shards differently) takes the
+    first by key.
+    """
+    parts = []
+    for (method, mode), rows in edits.groupby(["method", "mode"], sort=True):
+        ordered = rows.sort_values("order")
+        applied = _applied(ordered)
+        found: set[str] = set()
+        for key in sorted(k for k in stored if k.startswith(f"{method}/{mode}/")):
+            cases = set(stored[key]()["case_id"])
+            part = ordered[ordered["case_id"].isin(cases)]
+            if len(part) < len(cases):  # a case no longer stored, or failed
+                continue
+            part = pd.concat(_shard_groups(part))
+            if key.rsplit("-", 1)[-1] == _shard_digest(part, applied, salt, content):
+                parts.append(part[~part["case_id"].isin(found)].assign(shard=key))
+                found |= cases
+    if not parts:
+        return edits.iloc[:0].assign(shard=pd.Series(dtype=str))
     return pd.concat(parts, ignore_index=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -17,7 +18,9 @@ from kebench.pipelines.evaluation.nodes import (
     select_edits,
     track_metrics,
 )
-from kebench.project import load_config, project_catalog
+from kebench.pipelines.mitigation.nodes import select_mitigation_edits
+from kebench.pipelines.stealthiness.nodes import select_stealth_edits
+from kebench.project import load_config, project_catalog, run_pipeline
 from kebench.schemas import METRICS, PROBE_SCORES
 from tests.helpers import plain_logprob
 from tests.pipelines.conftest import DEMO_EDITS
@@ -140,6 +143,53 @@ def test_evaluation_selects_the_edits_that_n_edits_asks_for(caplog):
     )
     with pytest.raises(ValueError, match=r"editing\.n_edits\.bias"):
         select_edits(manifest, probes, params, one_each | {"bias": -1})
+
+
+def edits_scored(scores: pd.DataFrame) -> pd.DataFrame:
+    """The (method, case_id, risk) of every edit that ``scores`` holds, sorted."""
+    rows = scores.loc[scores["method"] != "unedited", ["method", "case_id", "risk"]]
+    return rows.drop_duplicates().sort_values(["method", "case_id"], ignore_index=True)
+
+
+@pytest.mark.model
+def test_a_later_evaluation_of_fewer_edits_keeps_every_evaluated_edit(
+    evaluated_root, tmp_path
+):
+    """Issue 49: after the shared run (ROME and IKE on the demo's first edit), IKE is
+    evaluated on the first two edits, then ROME on its first alone. That last run's
+    metrics cover its own edit; probe_scores (and the base scores beside it) still
+    hold IKE's two, so stealthiness and mitigation, asking for every method, find
+    them."""
+    root = tmp_path / "run"
+    shutil.copytree(
+        evaluated_root / "data",
+        root / "data",
+        ignore=shutil.ignore_patterns("06_models"),
+    )
+    (root / "data" / "06_models").symlink_to(evaluated_root / "data" / "06_models")
+    two = run_pipeline("evaluation", DEMO_EDITS | {"method": "IKE", "n_edits": 2}, root)
+    evaluated = edits_scored(two.load("probe_scores"))
+    # the demo's test data holds counterfactual edits only: IKE's first two, ROME's
+    # first (the shared run's)
+    assert evaluated.groupby("method").size().to_dict() == {"IKE": 2, "ROME": 1}
+    params = DEMO_EDITS | {"method": "ROME", "n_edits": 1}
+    catalog = run_pipeline("evaluation", params, root)
+
+    metrics = METRICS.validate(catalog.load("metrics"))
+    assert set(metrics["method"]) == {"ROME", "unedited"}
+    assert set(metrics["n_edits"].dropna()) == {1.0}
+    scores = PROBE_SCORES.validate(catalog.load("probe_scores"))
+    assert edits_scored(scores).equals(evaluated)
+    base = catalog.load("base_probe_scores")
+    assert set(scores["probe_id"]) <= set(base["probe_id"])
+    # what stealthiness and mitigation ask for: every method's first two edits
+    manifest, probes = catalog.load("edit_manifest"), catalog.load("probes")
+    later = {"methods": "all", "mode": "single", "n_edits": 2}
+    for select in (select_stealth_edits, select_mitigation_edits):
+        chosen = select(manifest, scores, probes, later)
+        assert set(zip(chosen["method"], chosen["case_id"], strict=True)) == set(
+            zip(evaluated["method"], evaluated["case_id"], strict=True)
+        )
 
 
 @pytest.mark.model

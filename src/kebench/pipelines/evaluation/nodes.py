@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import openai
 import pandas as pd
 from matplotlib.figure import Figure
@@ -52,6 +53,7 @@ from kebench.scoring.evaluate import (
     reread_answers,
     score_pass,
     score_shard,
+    stored_shard_plan,
 )
 from kebench.scoring.generation import GenerationSettings, generation_table
 from kebench.scoring.judge import GenerationJudge, judgement_table
@@ -148,18 +150,22 @@ def select_edits(
     return edits.reset_index(drop=True)
 
 
-def score_base_probes(
+def score_base_probes(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model: LoadedModel,
     probes: pd.DataFrame,
     selected_edits: pd.DataFrame,
+    earlier_shard_plan: pd.DataFrame,
     base_probe_store_stored: dict[str, Any],
     params: dict[str, Any],
 ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The probes of every edited case under the unedited model: the floor, and the
     reference every method is compared with; and the new rows of the base-score
     store. A probe scored before, by any run or pipeline, with the same weights,
-    settings and token ids, is read from the store."""
-    edited = probes[probes["case_id"].isin(selected_edits["case_id"])]
+    settings and token ids, is read from the store. The cases of the earlier edits
+    kept in ``probe_scores`` are covered too (read from the store, where scoring
+    them put them): the pipelines after evaluation read both tables."""
+    cases = {*selected_edits["case_id"], *earlier_shard_plan["case_id"]}
+    edited = probes[probes["case_id"].isin(cases)]
     settings = ScoringSettings.from_params(params)
     # a question's asked text is also the model's chat template's
     salt = asdict(settings) | {"chat_template": model.tokenizer.chat_template}
@@ -257,21 +263,32 @@ def plan_score_shards(
     the scoring settings."""
     ok = selected_edits[selected_edits["status"] == "ok"]
     shard_size = ComputeSettings.from_params(compute).shard_size
-    parts = []
-    for method, rows in ok.groupby("method", sort=True):
-        kept = kept_probes(probes, joint_dropped_probes, method)
-        content = case_digests(kept[kept["case_id"].isin(rows["case_id"])])
-        parts.append(
-            plan_shards(
-                rows,
-                shard_size,
-                asdict(ScoringSettings.from_params(params)),
-                content=content,
-            )
+    parts = [
+        plan_shards(
+            rows,
+            shard_size,
+            _scoring_salt(params),
+            content=_case_contents(probes, joint_dropped_probes, method, rows),
         )
+        for method, rows in ok.groupby("method", sort=True)
+    ]
     if not parts:
         return plan_shards(ok, shard_size)
     return pd.concat(parts, ignore_index=True)
+
+
+def _scoring_salt(params: dict[str, Any]) -> dict[str, Any]:
+    """What a probe score shard's key holds of the settings."""
+    return asdict(ScoringSettings.from_params(params))
+
+
+def _case_contents(
+    probes: pd.DataFrame, drops: pd.DataFrame, method: str, edits: pd.DataFrame
+) -> dict[str, str]:
+    """What a probe score shard's key holds of each case of ``edits``: its probes that
+    ``method`` scores."""
+    kept = kept_probes(probes, drops, method)
+    return case_digests(kept[kept["case_id"].isin(edits["case_id"])])
 
 
 def plan_earlier_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -279,19 +296,52 @@ def plan_earlier_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     selected_edits: pd.DataFrame,
     probes: pd.DataFrame,
     entailed_facts: pd.DataFrame,
+    probe_score_shards_stored: dict[str, Any],
     params: dict[str, Any],
-    compute: dict[str, Any],
 ) -> pd.DataFrame:
-    """The shards that the other stored methods (same mode, same cases) would have, had
-    this run evaluated them: those an earlier run stored are kept in ``probe_scores``
-    beside this run's, so evaluating B after A keeps A's scores."""
-    earlier = edit_manifest[
-        (edit_manifest["mode"] == params["mode"])
-        & edit_manifest["case_id"].isin(selected_edits["case_id"])
-        & ~edit_manifest["method"].isin(selected_edits["method"])
+    """Every other stored edit of this mode, of any method, whose current scores an
+    earlier run stored, with the stored shard that holds them (``stored_shard_plan``).
+    They are kept in ``probe_scores`` beside this run's, so that a later pipeline finds
+    every evaluated edit, whatever this run selected: evaluating B after A, or fewer
+    edits of A, keeps all of A's scores. A stored edit without current scores is
+    logged with the command that scores it."""
+    stored = edit_manifest[
+        (edit_manifest["mode"] == params["mode"]) & (edit_manifest["status"] == "ok")
     ]
-    drops = joint_drops(earlier, probes, rewritten_facts(probes, entailed_facts))
-    return plan_score_shards(earlier, probes, drops, params, compute)
+    # the groups of a batch or sequential run as stored, as when it was evaluated whole
+    drops = joint_drops(stored, probes, rewritten_facts(probes, entailed_facts))
+    parts = []
+    for method, rows in stored.groupby("method", sort=True):
+        found = stored_shard_plan(
+            rows,
+            probe_score_shards_stored,
+            _scoring_salt(params),
+            content=_case_contents(probes, drops, method, rows),
+        )
+        found = found[~_selected(found, selected_edits)]
+        others = int((~_selected(rows, selected_edits)).sum())
+        if len(found) < others:
+            logger.info(
+                "%s: %d of its %d other stored edits in mode %s have no current scores "
+                "(never evaluated, or with other probes or settings): kedro run "
+                "--pipelines=evaluation --params method=%s,n_edits=... scores them",
+                method,
+                others - len(found),
+                others,
+                params["mode"],
+                method,
+            )
+        parts.append(found)
+    if not parts:
+        return stored.assign(shard=pd.Series(dtype=str))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _selected(rows: pd.DataFrame, selected_edits: pd.DataFrame) -> np.ndarray:
+    """Which ``rows`` are of an edit that this run evaluates (its method and case)."""
+    keys = ["method", "case_id"]
+    chosen = pd.MultiIndex.from_frame(selected_edits[keys])
+    return pd.MultiIndex.from_frame(rows[keys]).isin(chosen)
 
 
 def score_probe_shards(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
@@ -344,9 +394,9 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 ) -> pd.DataFrame:
     """``probe_scores``: the planned shards, after the unedited floor on their cases
     (without the probes joint scoring dropped for any method, so that the floor is
-    measured on probes the methods are measured on); then every other method whose
-    shards for these edits an earlier run stored, measured the same way; every
-    stored reply read by the current matcher (``reread_answers``)."""
+    measured on probes the methods are measured on); then every other stored edit of
+    this mode with current scores (``plan_earlier_shards``); every stored reply read
+    by the current matcher (``reread_answers``)."""
     by_id = probes.set_index("probe_id", drop=False)
     base = base_probe_scores.set_index("probe_id")
     planned = by_id["case_id"].isin(score_shard_plan["case_id"])
@@ -356,16 +406,13 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
     model_name = selected_edits["model"].iloc[0]
     parts = [probe_score_rows(by_id, base, floor, model_name, UNEDITED)]
     parts += collect_shards(probe_score_shards, score_shard_plan)
+    # the planned edits' rows only: a stored shard may also hold edits that this run
+    # scores, or that another stored shard holds
+    for key, plan in earlier_shard_plan.groupby("shard", sort=True):
+        rows = probe_score_shards[key]()
+        parts.append(rows[rows["case_id"].isin(plan["case_id"])])
     for method, plan in earlier_shard_plan.groupby("method", sort=True):
-        if plan["shard"].isin(list(probe_score_shards)).all():
-            parts += collect_shards(probe_score_shards, plan)
-            logger.info("%s: its stored scores of these edits are kept", method)
-        else:
-            logger.info(
-                "%s: stored edits without current scores (other probes, settings or "
-                "edits): not in probe_scores until evaluated again",
-                method,
-            )
+        logger.info("%s: the stored scores of %d edits kept", method, len(plan))
     scores = pd.concat(parts, ignore_index=True)
     strict_cut = ScoringSettings.from_params(params).strict_cut
     return PROBE_SCORES.validate(reread_answers(scores, probes, strict_cut))
@@ -374,10 +421,11 @@ def collect_probe_scores(  # noqa: PLR0913, PLR0917 - a Kedro node's inputs
 def select_run_scores(
     probe_scores: pd.DataFrame, selected_edits: pd.DataFrame
 ) -> pd.DataFrame:
-    """The scores of the methods this run evaluated, and the floor: what its metrics
-    and report cover (``probe_scores`` also keeps earlier runs' methods)."""
-    methods = {*selected_edits["method"], UNEDITED}
-    return probe_scores[probe_scores["method"].isin(methods)].reset_index(drop=True)
+    """The scores of the edits this run evaluated, and the floor: what its metrics
+    and report cover (``probe_scores`` also keeps every other evaluated edit)."""
+    floor = probe_scores["method"] == UNEDITED
+    own = _selected(probe_scores, selected_edits)
+    return probe_scores[own | floor].reset_index(drop=True)
 
 
 def _counterfact_settings(params: dict[str, Any]) -> counterfact.CounterfactSettings:
