@@ -205,6 +205,8 @@ def _tracked(tmp_path, pipeline: Pipeline, run_params: dict) -> mlflow.entities.
     try:
         mlflow.set_experiment("hooks")
         with mlflow.start_run() as run:
+            # as kedro-mlflow's hook tags the run before this one
+            mlflow.set_tags({k: v for k, v in run_params.items() if v})
             MlflowRunHook().before_pipeline_run(
                 run_params=run_params, pipeline=pipeline, catalog=catalog
             )
@@ -251,3 +253,24 @@ def test_a_run_of_a_model_is_named_by_its_model_and_profile_too(tmp_path):
         "kebench.methods": "ROME+IKE",
         "kebench.pipelines": "__default__",
     }.items() <= run.data.tags.items()
+
+
+def test_credentials_in_a_runs_parameters_never_reach_mlflow(tmp_path):
+    qa_only = Pipeline([Node(_identity, "raw_edit_cases", "probes", name="unify")])
+    run = _tracked(
+        tmp_path,
+        qa_only,
+        {
+            "pipeline_names": ["kg_build"],
+            "runtime_params": {
+                "endpoint": "https://alice:s3cret@kg.example.org/sparql",
+                "dataset": "demo",
+            },
+        },
+    )
+    tags = run.data.tags
+    assert "s3cret" not in str(tags)
+    assert "alice" not in str(tags)
+    assert tags["runtime_params"] == (
+        "{'endpoint': 'https://***@kg.example.org/sparql', 'dataset': 'demo'}"
+    )

@@ -255,6 +255,26 @@ def mlflow_run_name(
     return f"{pipelines_label(pipelines)} · {measured}"
 
 
+# a URL's user:password@ part: credentials belong in conf/local or the environment
+URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with every URL's user and password replaced by ``***``."""
+    return URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+
+
+def redacted_run_params(run_params: dict[str, Any]) -> dict[str, str]:
+    """The tags kedro-mlflow set from ``run_params`` (every one with a value, as
+    ``str``) that held a URL's credentials, with them redacted: a user who puts
+    them in ``--params endpoint=`` must not find them in MLflow."""
+    return {
+        key: redact_credentials(str(value))
+        for key, value in run_params.items()
+        if value and redact_credentials(str(value)) != str(value)
+    }
+
+
 def runner_name(runner: str | None) -> str:
     """The runner's class name. Kedro's run_params hold ``str(runner)``: an object's
     repr from `kedro run`, ``None`` where a session ran its default runner."""
@@ -290,7 +310,8 @@ def edit_cases_inputs(catalog: DataCatalog, dataset: str) -> list[DatasetInput]:
 class MlflowRunHook:
     """Name the run's MLflow run by what it did and tag it (``mlflow_run_name``,
     ``run_tags``), with the runner's class name and the edit cases as its dataset
-    input; open the experiment on its runs table. The methods' child runs
+    input, and no URL's credentials in kedro-mlflow's tags of the run's parameters
+    (``redacted_run_params``); open the experiment on its runs table. The methods' child runs
     (``MlflowMethodMetricsDataset``) are named by method and carry the same tags."""
 
     # last: kedro-mlflow's own hook starts the run (and tags it with run_params) first
@@ -310,6 +331,7 @@ class MlflowRunHook:
         used_model = MODEL_DATASET in pipeline.inputs()
         mlflow.set_tags(
             {
+                **redacted_run_params(run_params),
                 "mlflow.runName": mlflow_run_name(what, pipelines, used_model),
                 "runner": runner_name(run_params.get("runner")),
                 **run_tags(what, methods, pipelines, used_model),
