@@ -325,6 +325,8 @@ def export_command(
             project_catalog,
         )
     _log_to_stderr()
+    # the catalog's "Loading data from ..." lines say nothing an export's user needs
+    logging.getLogger("kedro.io").setLevel(logging.WARNING)
     config = load_config({"dataset": source})
     sources = config["globals"]["sources"]
     if source not in sources:
