@@ -248,7 +248,7 @@ def test_a_probes_premises_are_its_tests_conditions(read_back):
     ]
 
 
-def test_every_export_says_what_made_it(exported, qa_root, tmp_path):
+def test_every_export_says_what_made_it(exported):
     meta = json.loads(
         exported["knowedit"].with_name("demo.knowedit.meta.json").read_text()
     )
@@ -267,7 +267,12 @@ def test_every_export_says_what_made_it(exported, qa_root, tmp_path):
     assert "editattack_injections" not in meta["licences"]
     hf_meta = json.loads((exported["hf"] / "kebench_export.json").read_text())
     assert hf_meta["written"]["rows"] == hf_meta["counts"]["probes"]
-    # EditAttack's claims carry their own licence, which an export of them states
+
+
+def test_an_export_of_editattacks_claims_states_their_licence(
+    data_dir, qa_root, tmp_path
+):
+    # the demo's injected claims come from EditAttack's sets in the reference data
     export(qa_root, tmp_path / "bias.json", "knowedit", "bias")
     bias = json.loads((tmp_path / "bias.meta.json").read_text())
     assert bias["licences"]["editattack_injections"].startswith("MIT (EditAttack")
@@ -276,7 +281,9 @@ def test_every_export_says_what_made_it(exported, qa_root, tmp_path):
     assert not any(r["prompt"].startswith("Question:") for r in records)
 
 
-def test_rippleedits_skips_an_injected_claim_with_its_reason(qa_root, tmp_path):
+def test_rippleedits_skips_an_injected_claim_with_its_reason(
+    data_dir, qa_root, tmp_path
+):
     summary = export(qa_root, tmp_path / "m.json", "rippleedits", "misinformation")
     assert summary["records"] == 0
     assert set(summary["skipped"].values()) == {"an injected claim states no relation"}
