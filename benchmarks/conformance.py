@@ -115,7 +115,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from model_cli import model_parser, print_result
     from safetensors.torch import load_file, save_file
 
-    from kebench.datasets.atomic import atomic_path
+    from kebench.atomic import atomic_path
     from kebench.editing.codebook import Codebook
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import (

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext
 from kebench.editing.requests import EditRequest, requests_from_probes
