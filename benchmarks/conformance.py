@@ -115,7 +115,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from model_cli import model_parser, print_result
     from safetensors.torch import load_file, save_file
 
-    from kebench.datasets.atomic import atomic_path
+    from kebench.atomic import atomic_path
     from kebench.editing.codebook import Codebook
     from kebench.editing.datasets import EditHparamsDataset
     from kebench.editing.delta import (
@@ -146,9 +146,9 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.editing.stats import sample_texts, second_moments
     from kebench.editing.store import DeltaStore
     from kebench.models.loading import LoadedModel
+    from kebench.models.logprobs import answer_text, score_answers
     from kebench.project import PROJECT_ROOT, load_config, project_model
     from kebench.qa.probes import case_paraphrases, edit_probes
-    from kebench.scoring.logprobs import answer_text, score_answers
 
 logger = logging.getLogger("benchmarks.conformance")
 

@@ -53,8 +53,8 @@ with contextlib.redirect_stdout(sys.stderr):
         second_moments,
         stats_folder,
     )
+    from kebench.models.logprobs import score_answers
     from kebench.project import PROJECT_ROOT, load_config, project_model
-    from kebench.scoring.logprobs import score_answers
 
 logger = logging.getLogger("benchmarks.covariance")
 METHODS = "ROME+MEMIT"

@@ -68,6 +68,7 @@ import torch
 with contextlib.redirect_stdout(sys.stderr):
     from model_cli import model_parser, print_result
 
+    from kebench.models.logprobs import Batching, padding_id, score_answers
     from kebench.pipelines.stealthiness.nodes import build_general_sets
     from kebench.project import (
         load_config,
@@ -80,7 +81,6 @@ with contextlib.redirect_stdout(sys.stderr):
     from kebench.scoring.evaluate import ScoringSettings, score_pass
     from kebench.scoring.forward_ledger import ForwardLedger, packed_sequences
     from kebench.scoring.generation import GenerationSettings, generate_answers
-    from kebench.scoring.logprobs import Batching, padding_id, score_answers
 
 logger = logging.getLogger("benchmarks.scoring")
 UPSTREAM = ("kg_build", "rule_mining", "qa_generation", "risk_unification")

@@ -57,7 +57,7 @@ from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
 from kebench.editing.runner import make_job
 from kebench.editing.stats import second_moments
-from kebench.scoring.logprobs import answer_text, score_answers
+from kebench.models.logprobs import answer_text, score_answers
 from tests.editing.cases import stream_deltas
 
 DATA = Path(__file__).parent / "data" / "conformance"

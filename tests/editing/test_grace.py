@@ -24,7 +24,7 @@ from kebench.editing.methods.grace import GRACEHyperParams, place_query
 from kebench.editing.module_hooks import query_rows
 from kebench.editing.registry import get_method
 from kebench.editing.runner import make_job
-from kebench.scoring.logprobs import score_answers
+from kebench.models.logprobs import score_answers
 from tests.editing.cases import demo_requests, project_hparams, stream_deltas
 
 # the faithful file's settings, fewer steps: these tests check what a codebook does

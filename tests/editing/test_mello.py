@@ -10,10 +10,10 @@ from safetensors.torch import save_file
 
 from kebench.editing.delta import FORMAT_MEMORY, Delta, load_delta, save_delta
 from kebench.editing.interface import EditContext
+from kebench.editing.methods.mello import MelloSettings
 from kebench.editing.registry import get_method
 from kebench.editing.requests import EditRequest
 from kebench.scoring.context import PromptContext, prompt_context
-from kebench.scoring.mello import MelloSettings
 from tests.editing.cases import project_hparams
 
 REQUESTS = [

@@ -13,8 +13,8 @@ from kebench.editing.delta import delta_applied
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import METHODS
 from kebench.editing.requests import EditRequest
+from kebench.models.logprobs import score_answers
 from kebench.project import PROJECT_ROOT
-from kebench.scoring.logprobs import score_answers
 
 DOCS = PROJECT_ROOT / "docs" / "editing.md"
 

@@ -14,8 +14,8 @@ from kebench.editing.quality import measure_edits
 from kebench.editing.registry import get_method
 from kebench.editing.runner import make_job, run_job, select_methods
 from kebench.editing.store import DeltaStore, file_stem
+from kebench.models.logprobs import score_answers
 from kebench.schemas import EDIT_DELTAS
-from kebench.scoring.logprobs import score_answers
 from tests.editing.cases import demo_requests, project_hparams
 
 

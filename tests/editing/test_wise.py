@@ -33,7 +33,7 @@ from kebench.editing.module_hooks import Forward
 from kebench.editing.registry import get_method
 from kebench.editing.runner import make_job
 from kebench.editing.sidememory import CURRENT, RETIRED, SAVED, SideMemory
-from kebench.scoring.logprobs import score_answers
+from kebench.models.logprobs import score_answers
 from tests.editing.cases import demo_requests, project_hparams, stream_deltas
 
 IDENTITY = nn.Linear(2, 2, bias=False)

@@ -25,9 +25,7 @@ from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
 from kebench.editing.rewrite import ValueSettings, optimise_values
 from kebench.models.loading import LoadedModel
-from kebench.models.registry import model_key
-from kebench.project import PROJECT_ROOT, load_config
-from kebench.scoring.logprobs import (
+from kebench.models.logprobs import (
     Batching,
     answer_text,
     encode_pair,
@@ -36,6 +34,8 @@ from kebench.scoring.logprobs import (
     padding_id,
     score_answers,
 )
+from kebench.models.registry import model_key
+from kebench.project import PROJECT_ROOT, load_config
 from tests.editing.cases import demo_requests
 from tests.models.tiny import FAMILIES, build_checkpoint, load_checkpoint
 

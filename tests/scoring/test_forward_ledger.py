@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kebench.models.logprobs import forward_padded, padding_id, score_answers
 from kebench.scoring.forward_ledger import ForwardLedger
 from kebench.scoring.generation import GenerationSettings, generate_answers
-from kebench.scoring.logprobs import forward_padded, padding_id, score_answers
 
 PROMPTS = ["The capital of France is", "The capital of Peru is"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kebench.scoring.logprobs import (
+from kebench.models.logprobs import (
     Batching,
     ContextOverflowError,
     answer_text,

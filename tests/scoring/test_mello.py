@@ -16,13 +16,13 @@ import torch
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from kebench.editing.delta import Delta
+from kebench.editing.methods.mello import MelloSettings
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.context import PromptContext
 from kebench.scoring.evaluate import ScoringSettings, edited_scores, score_pass
 from kebench.scoring.mello import (
     DEMONSTRATIONS,
     FINAL,
-    MelloSettings,
     Retriever,
     Step,
     answer_questions,

@@ -13,6 +13,7 @@ import torch
 from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext
 from kebench.editing.registry import get_method
+from kebench.models.logprobs import Batching, encode_pair
 from kebench.project import PROJECT_ROOT
 from kebench.scoring.drift import (
     GeneralSets,
@@ -28,7 +29,6 @@ from kebench.scoring.drift import (
     stored_base_capability,
     text_perplexity,
 )
-from kebench.scoring.logprobs import Batching, encode_pair
 from kebench.scoring.stealth import (
     MEASURES,
     benign_share,

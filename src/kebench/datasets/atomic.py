@@ -1,38 +1,20 @@
 """Local-file datasets whose writes are atomic.
 
 kedro-datasets writes in place, so a crash mid-write leaves a truncated file that the
-next run would read. These write a temporary file beside the target and rename it.
+next run would read. These write a temporary file beside the target and rename it
+(``kebench.atomic``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
 from kedro.io import AbstractDataset
 
-
-@contextmanager
-def atomic_path(target: str | Path) -> Iterator[Path]:
-    """A temporary path that replaces ``target`` when the block exits without error."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-    )
-    os.close(handle)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+from kebench.atomic import atomic_path
 
 
 class LocalFileDataset(AbstractDataset):

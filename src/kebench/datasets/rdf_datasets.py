@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pyoxigraph as ox
 
-from kebench.datasets.atomic import LocalFileDataset, atomic_path
+from kebench.atomic import atomic_path
+from kebench.datasets.atomic import LocalFileDataset
 from kebench.kg.amie_export import triples_to_quads, write_amie_tsv
 
 

@@ -30,7 +30,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.editing.codebook import FIELDS, Codebook
 from kebench.editing.module_hooks import attach, detach, module_dims
 from kebench.editing.sidememory import FIELDS as SIDE_FIELDS

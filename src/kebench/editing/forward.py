@@ -18,7 +18,7 @@ from transformers import DynamicCache
 
 from kebench.editing.delta import ParamDelta
 from kebench.editing.module_hooks import weight_is_transposed
-from kebench.scoring.logprobs import pad_batch
+from kebench.models.logprobs import pad_batch
 
 
 def get_module(model: nn.Module, path: str) -> nn.Module:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
-from kebench.scoring.logprobs import AnswerScore, score_answers
+from kebench.models.logprobs import AnswerScore, score_answers
 
 
 @dataclass(frozen=True)

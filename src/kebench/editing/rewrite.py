@@ -54,7 +54,7 @@ from kebench.editing.interface import EditContext, HparamsError, HyperParams
 from kebench.editing.requests import EditRequest
 from kebench.editing.stats import STARTERS, second_moments
 from kebench.models.loading import LoadedModel
-from kebench.scoring.logprobs import encode_pair
+from kebench.models.logprobs import encode_pair
 
 logger = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from kebench.editing.registry import get_method, hparams_name, method_names
 from kebench.editing.requests import EditRequest
 from kebench.editing.store import MODES, DeltaStore, EditOutcome, file_stem
 from kebench.models.loading import LoadedModel
-from kebench.scoring.logprobs import forward_padded
+from kebench.models.logprobs import forward_padded
 
 logger = logging.getLogger(__name__)
 

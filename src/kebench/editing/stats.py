@@ -48,7 +48,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 import kebench
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.editing.forward import (
     Batch,
     StopForward,

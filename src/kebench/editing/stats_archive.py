@@ -26,7 +26,7 @@ from typing import Any
 from safetensors import SafetensorError
 
 import kebench
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.editing.stats import CORPUS_FILE, PROVENANCE, read_provenance
 
 ARCHIVE_FORMAT = "kebench-stats-archive/1"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.editing.delta import Delta, load_delta, save_delta
 
 MODES = ("single", "batch", "sequential")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.kg.edit_cases import RelationCatalog
 from kebench.qa.premises import entailed_fact_ids
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import openai
 
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 
 logger = logging.getLogger(__name__)
 

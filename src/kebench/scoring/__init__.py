@@ -1,1 +1,3 @@
-"""Scoring helpers shared by editing, evaluation and stealthiness (design §5)."""
+"""Scoring of edited models (design §5): probe scores and metrics, generation,
+stealthiness, mitigation, the tamper audit, lifelong streams. The teacher-forced
+log-probs they read are ``kebench.models.logprobs``, shared with editing below."""

@@ -13,10 +13,7 @@ from dataclasses import dataclass
 
 from kebench.editing.delta import Delta
 from kebench.editing.methods.ike import joint_prefix
-from kebench.scoring.mello import MelloSettings
-
-# where a memory delta keeps the settings its answers are generated with
-MELLO_META = "mello"
+from kebench.editing.methods.mello import MELLO_META, MelloSettings
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ computes them, so that they can be set beside those tables:
     score is not computed (NaN).
 
 Deliberate differences, each documented in docs/metrics.md: an object's tokens are
-those of the joint text after the prompt (``kebench.scoring.logprobs``), as every
+those of the joint text after the prompt (``kebench.models.logprobs``), as every
 kebench probe is scored; ROME tokenises `` <object>`` alone, the same tokens on
 GPT-2's tokenizer. Words are cut as nltk's ``word_tokenize`` does, sentence by
 sentence, with spaCy's rule-based sentencizer in place of Punkt, whose model is a
@@ -59,9 +59,9 @@ from transformers import DynamicCache
 
 from kebench.editing.runner import fingerprint
 from kebench.models.loading import LoadedModel
+from kebench.models.logprobs import score_answers
 from kebench.schemas import COUNTERFACT_SCORES
 from kebench.scoring.evaluate import EditedShard, applied_groups
-from kebench.scoring.logprobs import score_answers
 from kebench.scoring.metrics import bootstrap_ci
 
 logger = logging.getLogger(__name__)

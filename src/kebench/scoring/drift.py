@@ -32,9 +32,7 @@ from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.methods.ike import joint_prefix
 from kebench.editing.runner import fingerprint
 from kebench.models.loading import LoadedModel
-from kebench.scoring.base_store import KEY, reuse_scores, weights_digest
-from kebench.scoring.evaluate import EditedShard
-from kebench.scoring.logprobs import (
+from kebench.models.logprobs import (
     AnswerScore,
     Batching,
     PrefixCache,
@@ -46,6 +44,8 @@ from kebench.scoring.logprobs import (
     padding_id,
     score_answers,
 )
+from kebench.scoring.base_store import KEY, reuse_scores, weights_digest
+from kebench.scoring.evaluate import EditedShard
 
 logger = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from kebench.editing.delta import Delta, delta_applied
 from kebench.editing.runner import fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.models.logprobs import AnswerScorer, ContextOverflowError
 from kebench.qa.probes import FACT_KEY, fact_keys
 from kebench.schemas import PROBE_SCORES, UNCHANGED_TYPES
 from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
@@ -43,7 +44,6 @@ from kebench.scoring.generation import (
     wild_match,
     wild_scores,
 )
-from kebench.scoring.logprobs import AnswerScorer, ContextOverflowError
 from kebench.scoring.mello import DEMONSTRATIONS, answer_questions
 from kebench.scoring.metrics import exact_match, token_f1
 

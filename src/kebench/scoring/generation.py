@@ -35,14 +35,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from kebench.models.loading import LoadedModel
-from kebench.schemas import ASK_CONTEXTS, GENERATIONS, UNCHANGED_TYPES
-from kebench.scoring.answers import (
-    SHORT_FORMS,
-    strict_match,
-    unchanged_answer,
-    wild_match,
-)
-from kebench.scoring.logprobs import (
+from kebench.models.logprobs import (
     PromptPass,
     encode_text,
     length_batches,
@@ -50,6 +43,13 @@ from kebench.scoring.logprobs import (
     padding_id,
     shared_prefix,
     with_prefix,
+)
+from kebench.schemas import ASK_CONTEXTS, GENERATIONS, UNCHANGED_TYPES
+from kebench.scoring.answers import (
+    SHORT_FORMS,
+    strict_match,
+    unchanged_answer,
+    wild_match,
 )
 from kebench.scoring.metrics import token_f1
 

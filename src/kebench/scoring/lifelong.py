@@ -41,13 +41,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kebench.datasets.atomic import atomic_path
+from kebench.atomic import atomic_path
 from kebench.editing.delta import Delta
 from kebench.editing.interface import EditContext
 from kebench.editing.requests import EditRequest, requests_from_probes
 from kebench.editing.runner import EditJob, fingerprint, run_job, unit_fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.models.logprobs import Batching, ContextOverflowError
 from kebench.scoring.context import prompt_context
 from kebench.scoring.drift import GeneralSets, measure_capability
 from kebench.scoring.evaluate import (
@@ -56,7 +57,6 @@ from kebench.scoring.evaluate import (
     probe_score_rows,
     score_pass,
 )
-from kebench.scoring.logprobs import Batching, ContextOverflowError
 from kebench.scoring.metrics import (
     ENTAILED_SUBSETS,
     cluster_bootstrap_ci,

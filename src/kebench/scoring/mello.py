@@ -39,13 +39,13 @@ answer is read from any line of a generation, not only its last.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from kebench.editing.methods.mello import MelloSettings
 from kebench.models.loading import LoadedModel
 from kebench.scoring.generation import GenerationSettings, generate_answers
 
@@ -55,7 +55,6 @@ RETRIEVED = "Retrieved fact: "
 FINAL = "Final answer:"
 # a generation stops where the model would retrieve a fact itself, or at a blank line
 STOPS = (RETRIEVED.strip(), "\n\n")
-RETRIEVERS = ("bm25", "sentence_transformers")
 
 DEMONSTRATIONS = """\
 Question: In which city was the composer of the opera Aurelia Nights born?
@@ -98,40 +97,6 @@ subquestion is: Priya Nair
 Final answer: Priya Nair
 
 """
-
-
-@dataclass(frozen=True)
-class MelloSettings:
-    """How MeLLo answers (the module docstring): the retriever, and how many
-    generations of at most ``max_new_tokens`` tokens a question gets."""
-
-    retriever: str = "bm25"
-    retriever_model: str | None = None
-    max_hops: int = 4
-    max_new_tokens: int = 64
-
-    def __post_init__(self) -> None:
-        if self.retriever not in RETRIEVERS:
-            raise ValueError(
-                f"MeLLo retriever {self.retriever!r}: use one of {RETRIEVERS}"
-            )
-        if self.retriever == "sentence_transformers" and not self.retriever_model:
-            raise ValueError(
-                "MeLLo retriever sentence_transformers needs retriever_model (a "
-                "sentence-transformers model name or folder)"
-            )
-        if self.max_hops < 1 or self.max_new_tokens < 1:
-            raise ValueError(
-                f"MeLLo needs max_hops and max_new_tokens >= 1, got {self.max_hops} "
-                f"and {self.max_new_tokens}"
-            )
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> MelloSettings:
-        return cls(**json.loads(text))
 
 
 def words(text: str) -> list[str]:

@@ -4,12 +4,13 @@ No weight changes. An edit's delta is its new fact as MQuAKE writes it into MeLL
 memory: the filled-in prompt, one space, the new answer (``The capital of France is
 Lyon``). A batch's delta holds every edit's sentence; deltas applied together pool their
 memories. The scorer answers each probe's question in MeLLo's steps against that memory
-(``kebench.scoring.mello``), with the settings stored in the delta's
+(``kebench.scoring.mello``), with the settings (``MelloSettings``) stored in the delta's
 ``meta["mello"]``: the retriever, and the generations a question gets.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 from kebench.editing.delta import Delta
@@ -18,8 +19,45 @@ from kebench.editing.methods.ike import fact
 from kebench.editing.registry import register
 from kebench.editing.requests import EditRequest
 from kebench.models.loading import LoadedModel
-from kebench.scoring.context import MELLO_META
-from kebench.scoring.mello import MelloSettings
+
+# where a memory delta keeps the settings its answers are generated with
+MELLO_META = "mello"
+RETRIEVERS = ("bm25", "sentence_transformers")
+
+
+@dataclass(frozen=True)
+class MelloSettings:
+    """How MeLLo answers (``kebench.scoring.mello``): the retriever, and how many
+    generations of at most ``max_new_tokens`` tokens a question gets. The method
+    stores them in its delta, the scorer reads them back."""
+
+    retriever: str = "bm25"
+    retriever_model: str | None = None
+    max_hops: int = 4
+    max_new_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if self.retriever not in RETRIEVERS:
+            raise ValueError(
+                f"MeLLo retriever {self.retriever!r}: use one of {RETRIEVERS}"
+            )
+        if self.retriever == "sentence_transformers" and not self.retriever_model:
+            raise ValueError(
+                "MeLLo retriever sentence_transformers needs retriever_model (a "
+                "sentence-transformers model name or folder)"
+            )
+        if self.max_hops < 1 or self.max_new_tokens < 1:
+            raise ValueError(
+                f"MeLLo needs max_hops and max_new_tokens >= 1, got {self.max_hops} "
+                f"and {self.max_new_tokens}"
+            )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MelloSettings:
+        return cls(**json.loads(text))
 
 
 @dataclass

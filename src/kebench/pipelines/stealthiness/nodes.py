@@ -19,6 +19,7 @@ from kebench.compute.engine import (
 )
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
+from kebench.models.logprobs import Batching
 from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.qa.probes import edits_measured, first_stored_edits
 from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
@@ -32,7 +33,6 @@ from kebench.scoring.drift import (
     stored_base_capability,
 )
 from kebench.scoring.evaluate import plan_shards, require_scored
-from kebench.scoring.logprobs import Batching
 from kebench.scoring.stealth import edit_outcomes, stealth_scores
 from kebench.scoring.stealth_report import (
     plot_success_vs_drift,
