@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint coverage
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -29,3 +29,11 @@ lint: setup
 
 test: lint
 	KEDRO_DISABLE_TELEMETRY=1 $(BIN)/pytest
+
+# Line coverage of src/ over the whole suite, child processes included
+# ([tool.coverage.run] in pyproject.toml); slower than `make test`.
+coverage: setup
+	rm -f .coverage .coverage.*
+	KEDRO_DISABLE_TELEMETRY=1 $(BIN)/coverage run -m pytest
+	$(BIN)/coverage combine
+	$(BIN)/coverage report
