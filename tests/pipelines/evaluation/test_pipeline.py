@@ -169,9 +169,14 @@ def test_a_later_evaluation_of_fewer_edits_keeps_every_evaluated_edit(
     (root / "data" / "06_models").symlink_to(evaluated_root / "data" / "06_models")
     two = run_pipeline("evaluation", DEMO_EDITS | {"method": "IKE", "n_edits": 2}, root)
     evaluated = edits_scored(two.load("probe_scores"))
-    # the demo's test data holds counterfactual edits only: IKE's first two, ROME's
-    # first (the shared run's)
-    assert evaluated.groupby("method").size().to_dict() == {"IKE": 2, "ROME": 1}
+    # n_edits counts per risk: the demo's counterfactual edits, and EditAttack's
+    # misinformation and bias claims where the reference data is there. IKE's first
+    # two of each, ROME's first of each (the shared run's)
+    risks = two.load("probes")["risk"].nunique()
+    assert evaluated.groupby("method").size().to_dict() == {
+        "IKE": 2 * risks,
+        "ROME": risks,
+    }
     params = DEMO_EDITS | {"method": "ROME", "n_edits": 1}
     catalog = run_pipeline("evaluation", params, root)
 
