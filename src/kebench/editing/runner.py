@@ -22,11 +22,12 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -87,6 +88,25 @@ def select_methods(spec: str | Sequence[str], available: Sequence[str]) -> list[
             f"methods with hparams: {sorted(available)}"
         )
     return names
+
+
+def select_stored_edits(
+    edit_manifest: pd.DataFrame, params: Mapping[str, Any]
+) -> pd.DataFrame:
+    """The manifest rows of the chosen methods (``params["methods"]``), in the chosen
+    mode."""
+    rows = edit_manifest[edit_manifest["mode"] == params["mode"]]
+    available = sorted(rows["method"].unique())
+    if not available:
+        raise ValueError(
+            f"no stored edits in mode {params['mode']!r}: run the editing pipeline first "
+            "(kedro run --pipelines=editing --params=method=ROME)"
+        )
+    methods = select_methods(params["methods"], available)
+    missing = sorted(set(methods) - set(available))
+    if missing:
+        raise ValueError(f"no stored edits for {missing}; stored: {available}")
+    return rows[rows["method"].isin(methods)].reset_index(drop=True)
 
 
 def make_job(name: str, raw_hparams: dict[str, Any], mode: str, where: str) -> EditJob:

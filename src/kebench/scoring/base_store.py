@@ -11,6 +11,7 @@ delta store): each run adds the rows it scored, and nothing stored is lost.
 from __future__ import annotations
 
 import hashlib
+import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 
 from kebench.editing.runner import fingerprint
 from kebench.models.loading import LoadedModel
+
+logger = logging.getLogger(__name__)
 
 KEY = "score_key"
 
@@ -101,3 +104,15 @@ def reuse_scores(
         else {}
     )
     return scores, partition
+
+
+def log_reuse(what: str, n_rows: int, partition: dict[str, pd.DataFrame]) -> None:
+    """Log how many of ``n_rows`` rows were scored now (``partition``, what
+    ``reuse_scores`` returns to store) and read from the store."""
+    scored = sum(len(rows) for rows in partition.values())
+    logger.info(
+        "%d %s under the base model: %d scored now, the others read from the store",
+        n_rows,
+        what,
+        scored,
+    )

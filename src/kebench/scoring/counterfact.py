@@ -48,19 +48,21 @@ import json
 import logging
 import unicodedata
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from transformers import DynamicCache
 
+from kebench.compute.engine import collect_shards, pending_shards
 from kebench.editing.runner import fingerprint
 from kebench.models.loading import LoadedModel
 from kebench.models.logprobs import score_answers
-from kebench.schemas import COUNTERFACT_SCORES
+from kebench.schemas import COUNTERFACT_SCORES, UNEDITED
 from kebench.scoring.evaluate import EditedShard, applied_groups
 from kebench.scoring.metrics import bootstrap_ci
 
@@ -101,6 +103,17 @@ class CounterfactSettings:
                 f"counterfact: max_length and top_k must be >= 1, got "
                 f"{self.max_length} and {self.top_k}"
             )
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> CounterfactSettings:
+        """The settings of the ``evaluation`` parameters."""
+        settings = params["counterfact"]
+        return cls(
+            max_length=int(settings["max_length"]),
+            top_k=int(settings["top_k"]),
+            seed=int(settings["seed"]),
+            batch_size=int(params["batch_size"]),
+        )
 
 
 # what a CounterFact prompt's NLLs depend on, besides the model
@@ -325,6 +338,29 @@ def load_reference_texts(
     return ReferenceTexts({k: tuple(v) for k, v in texts.items()}, vectorizer)
 
 
+def reference_texts(settings: Mapping[str, Any]) -> ReferenceTexts | None:
+    """ROME's attribute snippets (and stored IDF) when the files that ``settings``
+    (``evaluation.counterfact``) names exist."""
+    snippets = Path(settings["snippets"])
+    if not snippets.is_file():
+        logger.warning(
+            "CounterFact reference score not computed: no attribute snippets at %s "
+            "(docs/evaluation.md#counterfacts-standard-metrics)",
+            snippets,
+        )
+        return None
+    idf, vocab = Path(settings["idf"]), Path(settings["vocab"])
+    stored = idf.is_file() and vocab.is_file()
+    logger.info(
+        "CounterFact reference texts from %s, IDF %s",
+        snippets,
+        f"from {idf}" if stored else "fitted on the snippets",
+    )
+    return load_reference_texts(
+        str(snippets), str(idf) if stored else None, str(vocab) if stored else None
+    )
+
+
 def case_scores(
     nlls: pd.DataFrame,
     generated: Mapping[str, list[str]],
@@ -515,3 +551,102 @@ def score_shard(lm: LoadedModel, shard: CounterfactShard) -> pd.DataFrame:
         )
     cases = pd.concat(parts) if parts else pd.DataFrame(columns=["case_id"])
     return score_rows(cases, shard.prompts, lm.name, shard.method)
+
+
+def unedited_scores(  # noqa: PLR0913 - how to score them is keyword-only
+    lm: LoadedModel,
+    counterfact_prompts: pd.DataFrame,
+    cases: Iterable[str],
+    probes: pd.DataFrame,
+    base_probe_scores: pd.DataFrame,
+    *,
+    settings: CounterfactSettings,
+    reference_files: Mapping[str, Any],
+) -> pd.DataFrame:
+    """CounterFact's standard metrics of ``cases`` under the unedited model (ROME's
+    "pre" numbers); empty where they have no CounterFact prompts. A prompt the base
+    probe scores hold (same prompt and targets) is read from them. ROME's reference
+    texts are read as ``reference_files`` says (``reference_texts``)."""
+    prompts = counterfact_prompts[counterfact_prompts["case_id"].isin(cases)]
+    if prompts.empty:
+        return COUNTERFACT_SCORES.validate(
+            pd.DataFrame(columns=list(COUNTERFACT_SCORES.columns))
+        )
+    logger.info(
+        "CounterFact metrics of %d cases, unedited", prompts["case_id"].nunique()
+    )
+    scores = score_cases(
+        lm,
+        prompts,
+        settings,
+        reference_texts(reference_files),
+        known=evaluated_nlls(probes, base_probe_scores, "lp_new", "lp_old"),
+    )
+    return score_rows(scores, prompts, lm.name, UNEDITED)
+
+
+def edited_shards(  # noqa: PLR0913 - where and how to score them is keyword-only
+    counterfact_prompts: pd.DataFrame,
+    plan: pd.DataFrame,
+    probes: pd.DataFrame,
+    run_probe_scores: pd.DataFrame,
+    stored: Mapping[str, Any],
+    *,
+    store_root: str,
+    settings: CounterfactSettings,
+    reference_files: Mapping[str, Any],
+) -> dict[str, CounterfactShard]:
+    """The CounterFact shards to score, by stored key: those of the probe-scoring
+    shards (``plan``) with CounterFact cases that ``stored`` lacks. A prompt the
+    shard's probe scores hold (same prompt and targets, under the same edits) is read
+    from them. ROME's reference texts are read (``reference_texts``, from
+    ``reference_files``) only when a shard is to be scored."""
+    keys = shard_keys(plan, counterfact_prompts, settings)
+    pending = {
+        keys[key]: (rows, shard_plan)
+        for key, rows, shard_plan in pending_shards(plan, {})
+        if key in keys and keys[key] not in stored
+    }
+    if not pending:
+        return {}
+    texts = reference_texts(reference_files)
+    shards = {
+        stored_key: CounterfactShard(
+            shard=rows["shard"].iloc[0],
+            plan=shard_plan,
+            store_root=store_root,
+            prompts=counterfact_prompts[
+                counterfact_prompts["case_id"].isin(rows["case_id"])
+            ],
+            settings=settings,
+            references=texts,
+            known=evaluated_nlls(
+                probes,
+                run_probe_scores[run_probe_scores["method"] == rows["method"].iloc[0]],
+                "lp_edit_new",
+                "lp_edit_old",
+            ),
+        )
+        for stored_key, (rows, shard_plan) in pending.items()
+    }
+    logger.info(
+        "CounterFact metrics: %d shards (%d stored)",
+        len(shards),
+        len(keys) - len(shards),
+    )
+    return shards
+
+
+def collected_scores(
+    shards: Mapping[str, Any],
+    base_scores: pd.DataFrame,
+    plan: pd.DataFrame,
+    counterfact_prompts: pd.DataFrame,
+    settings: CounterfactSettings,
+) -> pd.DataFrame:
+    """``counterfact_scores``: the unedited model's, then every shard of the
+    probe-scoring ``plan``'s, read from ``shards``."""
+    keys = shard_keys(plan, counterfact_prompts, settings)
+    stored = pd.DataFrame({"shard": sorted(keys.values())})
+    parts = [base_scores, *collect_shards(shards, stored)]
+    return COUNTERFACT_SCORES.validate(pd.concat(parts, ignore_index=True))

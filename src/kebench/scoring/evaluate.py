@@ -15,9 +15,10 @@ dropped, with its reason (``joint_drops``), before any scoring.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
@@ -29,8 +30,9 @@ from kebench.editing.runner import fingerprint
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.models.logprobs import AnswerScorer, ContextOverflowError
-from kebench.qa.probes import FACT_KEY, fact_keys
+from kebench.qa.probes import FACT_KEY, fact_keys, rewritten_facts
 from kebench.schemas import PROBE_SCORES, UNCHANGED_TYPES
+from kebench.scoring.base_store import log_reuse, reuse_scores, score_keys
 from kebench.scoring.context import NO_CONTEXT, PromptContext, prompt_context
 from kebench.scoring.generation import (
     CONTINUATION,
@@ -46,6 +48,8 @@ from kebench.scoring.generation import (
 )
 from kebench.scoring.mello import DEMONSTRATIONS, answer_questions
 from kebench.scoring.metrics import exact_match, token_f1
+
+logger = logging.getLogger(__name__)
 
 # The columns one scoring pass yields per probe, before the base_/edit_ prefix.
 PASS_COLUMNS = [
@@ -254,6 +258,34 @@ def _generations(  # noqa: PLR0913 - score_pass's state
             token_f1(t, a) for t, a in zip(texts, answers, strict=True)
         ]
     return scores
+
+
+# the texts a probe's base scores depend on, with its type (scoring/base_store.py)
+PROBE_TEXTS = ["prompt", "answer_new", "answer_old", "question"]
+
+
+def unedited_scores(
+    lm: LoadedModel,
+    probes: pd.DataFrame,
+    cases: Iterable[str],
+    stored: Mapping[str, Callable[[], pd.DataFrame]],
+    settings: ScoringSettings,
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The probes of ``cases`` under the unedited model, with their ``probe_id``; and
+    the new rows of the base-score store. A probe scored before, by any run or
+    pipeline, with the same weights, settings and token ids, is read from ``stored``."""
+    edited = probes[probes["case_id"].isin(cases)]
+    # a question's asked text is also the model's chat template's
+    salt = asdict(settings) | {"chat_template": lm.tokenizer.chat_template}
+    keys = score_keys(lm, edited, PROBE_TEXTS, ["probe_type", "form"], salt)
+    scores, partition = reuse_scores(
+        stored,
+        keys,
+        edited,
+        lambda rows: score_pass(lm, rows, settings=settings),
+    )
+    log_reuse("probes", len(edited), partition)
+    return scores.assign(probe_id=edited["probe_id"].to_numpy()), partition
 
 
 def mello_matches(probes: pd.DataFrame, answers: Sequence[str | None]) -> list[float]:
@@ -540,6 +572,31 @@ def drop_counts(drops: pd.DataFrame) -> pd.DataFrame:
     """How many probes joint scoring dropped per method, mode, probe type and reason."""
     keys = ["method", "mode", "probe_type", "reason"]
     return drops.groupby(keys).size().rename("probes").reset_index()
+
+
+def run_joint_drops(
+    edits: pd.DataFrame, probes: pd.DataFrame, entailed_facts: pd.DataFrame
+) -> pd.DataFrame:
+    """The probes of ``edits`` left out of joint scoring (batch, sequential): those
+    whose fact another edit of the same batch or run rewrites, with the reason;
+    logged by count."""
+    missing = [c for c in FACT_KEY if c not in probes]
+    if missing:
+        raise ValueError(
+            f"probes have no fact keys {missing}: rerun "
+            "`kedro run --pipelines=risk_unification`"
+        )
+    drops = joint_drops(edits, probes, rewritten_facts(probes, entailed_facts))
+    for row in drop_counts(drops).to_dict("records"):
+        logger.info(
+            "%s (%s): %d %s probes dropped from joint scoring (%s)",
+            row["method"],
+            row["mode"],
+            row["probes"],
+            row["probe_type"],
+            row["reason"],
+        )
+    return drops
 
 
 def kept_probes(probes: pd.DataFrame, drops: pd.DataFrame, method: str) -> pd.DataFrame:

@@ -13,15 +13,26 @@ that is the base model's own, character for character, is kept without asking.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import openai
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kebench.qa.llm_questions import CachedChat, LlmError
+from kebench.qa.llm_questions import (
+    CachedChat,
+    LlmError,
+    LlmSettings,
+    ResponseCache,
+)
 from kebench.schemas import JUDGEMENTS, UNCHANGED_TYPES
 from kebench.scoring.generation import alias_list
+
+logger = logging.getLogger(__name__)
 
 _VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
 
@@ -113,3 +124,32 @@ def judgement_table(
             }
         )
     return JUDGEMENTS.validate(pd.DataFrame(rows, columns=list(JUDGEMENTS.columns)))
+
+
+def judged_generations(
+    generations: pd.DataFrame,
+    probes: pd.DataFrame,
+    client: openai.OpenAI,
+    settings: Mapping[str, Any],
+) -> pd.DataFrame:
+    """The judge's verdict on each free generation (none unless ``settings``,
+    ``evaluation.judge``, says ``enabled``); a generation it could not judge keeps the
+    reason."""
+    if not settings["enabled"]:
+        return JUDGEMENTS.validate(pd.DataFrame(columns=list(JUDGEMENTS.columns)))
+    chat = CachedChat(
+        client,
+        LlmSettings.from_params(settings),
+        ResponseCache(settings["cache_dir"]),
+    )
+    table = judgement_table(
+        generations, probes, GenerationJudge(chat, settings["prompt"])
+    )
+    logger.info(
+        "judged %d generations with %s (%d requests sent, %d unjudged)",
+        len(table),
+        settings["model"],
+        chat.requests_sent,
+        int(table["judge"].isna().sum()),
+    )
+    return table

@@ -31,8 +31,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -383,6 +384,15 @@ class OutcomeSettings:
     generate_types: tuple[str, ...] = ()
     wild_types: tuple[str, ...] = ()
     judged: bool = False
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> OutcomeSettings:
+        """The settings of the ``evaluation`` parameters."""
+        return cls(
+            generate_types=tuple(params["generation"]["probe_types"]),
+            wild_types=tuple(params["wild"]["probe_types"]),
+            judged=bool(params["judge"]["enabled"]),
+        )
 
 
 def outcome_tables(  # noqa: PLR0913 - the run's scores and what is left out of them

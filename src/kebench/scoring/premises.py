@@ -11,14 +11,15 @@ direct probe's premise is the edit's original fact.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
+from typing import Any
 
 import pandas as pd
 
 from kebench.models.loading import LoadedModel
 from kebench.schemas import PREMISE_KNOWLEDGE
-from kebench.scoring.base_store import reuse_scores, score_keys
+from kebench.scoring.base_store import log_reuse, reuse_scores, score_keys
 from kebench.scoring.generation import (
     CONTINUATION,
     GenerationSettings,
@@ -71,6 +72,47 @@ def premise_knowledge(  # noqa: PLR0913 - what is already known is optional
     return PREMISE_KNOWLEDGE.validate(
         knowledge[list(PREMISE_KNOWLEDGE.columns)]
     ), partition
+
+
+def premise_generation(params: Mapping[str, Any]) -> GenerationSettings:
+    """How a premise is asked, from the ``evaluation`` parameters: decoded as the free
+    generation (``wild``), up to ``premises.max_new_tokens`` tokens."""
+    wild, settings = params["wild"], params["premises"]
+    return GenerationSettings(
+        stop_strings=tuple(wild["stop_strings"]),
+        max_new_tokens=int(settings["max_new_tokens"]),
+        batch_size=int(wild["batch_size"]),
+    )
+
+
+def base_premise_knowledge(  # noqa: PLR0913 - how they are asked is keyword-only
+    lm: LoadedModel,
+    premise_probes: pd.DataFrame,
+    cases: Iterable[str],
+    probes: pd.DataFrame,
+    base_probe_scores: pd.DataFrame,
+    *,
+    generation: GenerationSettings,
+    stored: Mapping[str, Callable[[], pd.DataFrame]],
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Whether the base model knows each premise of the probes of ``cases``
+    (``premise_knowledge``); and the new rows of the premise store. One that a probe's
+    base free answer already answers (``answered_prompts``) is read from that."""
+    premises = premise_probes[premise_probes["case_id"].isin(cases)]
+    answered = (
+        answered_prompts(probes, base_probe_scores, generation.max_new_tokens)
+        if "wild_stop" in base_probe_scores
+        else {}
+    )
+    knowledge, partition = premise_knowledge(
+        lm, premises, lm.name, generation, stored, answered=answered
+    )
+    log_reuse(
+        f"premises ({len(premises.drop_duplicates(['prompt', 'answer']))} distinct)",
+        len(premises),
+        partition,
+    )
+    return knowledge, partition
 
 
 def answered_prompts(

@@ -10,13 +10,12 @@ import shutil
 import pandas as pd
 import pytest
 
+from kebench.pipelines.evaluation.metric_nodes import compute_metrics, track_metrics
 from kebench.pipelines.evaluation.nodes import (
-    compute_metrics,
     find_joint_drops,
     list_failed_edits,
     plan_score_shards,
     select_edits,
-    track_metrics,
 )
 from kebench.pipelines.mitigation.nodes import select_mitigation_edits
 from kebench.pipelines.stealthiness.nodes import select_stealth_edits

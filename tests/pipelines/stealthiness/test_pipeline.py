@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from kedro.io import MemoryDataset
 
-from kebench.pipelines.evaluation.nodes import select_stored_edits
+from kebench.editing.runner import select_stored_edits
 from kebench.pipelines.stealthiness.nodes import (
     score_stealth,
     select_stealth_edits,

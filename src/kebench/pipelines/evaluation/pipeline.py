@@ -3,27 +3,29 @@
 from kedro.pipeline import Node, Pipeline
 
 from kebench.pipelines import editing, namespaced
-from kebench.pipelines.evaluation.nodes import (
+from kebench.pipelines.evaluation.metric_nodes import (
     build_report,
     collect_counterfact_scores,
-    collect_probe_scores,
     compare_methods,
     compute_metrics,
     describe_run,
-    find_joint_drops,
     judge_generations,
+    score_counterfact_base,
+    score_counterfact_shards,
+    tabulate_generations,
+    track_metrics,
+)
+from kebench.pipelines.evaluation.nodes import (
+    collect_probe_scores,
+    find_joint_drops,
     list_failed_edits,
     plan_earlier_shards,
     plan_score_shards,
     score_base_probes,
-    score_counterfact_base,
-    score_counterfact_shards,
     score_premise_knowledge,
     score_probe_shards,
     select_edits,
     select_run_scores,
-    tabulate_generations,
-    track_metrics,
 )
 
 

@@ -15,11 +15,10 @@ from matplotlib.figure import Figure
 from kebench.editing.interface import EditContext
 from kebench.editing.propagation import joint_requests, plan_propagation
 from kebench.editing.requests import requests_from_probes
-from kebench.editing.runner import run_job
+from kebench.editing.runner import run_job, select_stored_edits
 from kebench.editing.store import DeltaStore, EditOutcome
 from kebench.models.loading import LoadedModel
 from kebench.pipelines.editing.nodes import method_job
-from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.qa.probes import case_paraphrases, edits_measured, first_stored_edits
 from kebench.qa.verbaliser import Verbaliser
 from kebench.scoring.evaluate import ScoringSettings, require_scored

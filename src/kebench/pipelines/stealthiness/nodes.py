@@ -17,10 +17,10 @@ from kebench.compute.engine import (
     pending_shards,
     run_shards,
 )
+from kebench.editing.runner import select_stored_edits
 from kebench.editing.store import DeltaStore
 from kebench.models.loading import LoadedModel
 from kebench.models.logprobs import Batching
-from kebench.pipelines.evaluation.nodes import select_stored_edits
 from kebench.qa.probes import edits_measured, first_stored_edits
 from kebench.schemas import STEALTH_AUROC, STEALTH_SCORES
 from kebench.scoring.drift import (
