@@ -268,11 +268,12 @@ def redacted_run_params(run_params: dict[str, Any]) -> dict[str, str]:
     """The tags kedro-mlflow set from ``run_params`` (every one with a value, as
     ``str``) that held a URL's credentials, with them redacted: a user who puts
     them in ``--params endpoint=`` must not find them in MLflow."""
-    return {
+    redacted = {
         key: redact_credentials(str(value))
         for key, value in run_params.items()
-        if value and redact_credentials(str(value)) != str(value)
+        if value
     }
+    return {key: text for key, text in redacted.items() if text != str(run_params[key])}
 
 
 def runner_name(runner: str | None) -> str:

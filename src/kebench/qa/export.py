@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -550,7 +550,7 @@ def write_export(
 ) -> dict[str, Any]:
     """Write ``rows`` to ``out`` in ``export_format`` with their provenance; a
     summary of what was written (records, rows, skipped edits)."""
-    provenance = ExportProvenance(**{**asdict(provenance), "counts": counts(rows)})
+    provenance = replace(provenance, counts=counts(rows))
     summary: dict[str, Any] = {"format": export_format, "out": str(out)}
     if export_format == "knowedit":
         records = knowedit_records(rows)
